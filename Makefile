@@ -1,0 +1,31 @@
+# Switchboard: every target creates the project's virtualenv and installs on first use.
+PYTHON ?= python3.11
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.switchboard-installed
+# Extra arguments: `make serve ARGS="+policy=shortest_prefill"`, `make test ARGS="-k config"`.
+ARGS   ?=
+
+.PHONY: serve test install lock clean-venv
+
+serve: $(STAMP)
+	$(PY) -m server $(ARGS)
+
+# NOTE: the CPU model runs with one OpenMP thread in tests: two threads are slower
+# when the other core is busy with the test client and the HF reference.
+test: $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) -m pytest $(ARGS)
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml requirements/constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -c requirements/constraints.txt -e '.[test]'
+	touch $(STAMP)
+
+# Re-pin after changing dependencies in pyproject.toml.
+lock: $(STAMP)
+	$(PY) -m pip freeze --exclude-editable > requirements/constraints.txt
+
+clean-venv:
+	rm -rf $(VENV)

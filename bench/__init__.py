@@ -1,0 +1,1 @@
+"""Trace-replay simulator and live replay harness (``python -m bench``)."""

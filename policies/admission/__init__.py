@@ -1,0 +1,73 @@
+"""Admission: admit, defer or reject a request as it arrives.
+
+Contract (the host's side):
+  * Every new request (never a retracted one) is offered to ``decide`` once on
+    arrival, before it enters the waiting queue and before any KV allocation.
+  * ``ADMIT``: the request joins the waiting queue.
+  * ``REJECT``: the request is answered at once with HTTP 429 and a
+    ``Retry-After`` header of ``retry_after_s`` (rounded up to whole seconds);
+    nothing of it stays behind.
+  * ``DEFER``: the request waits (it is not prefilled) and is offered to
+    ``decide`` again at each scheduling pass until it is admitted or rejected.
+
+Contract (the policy's side): ``decide`` is deterministic given the view.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from policies.views import RequestView
+
+
+class AdmissionAction(enum.Enum):
+    """What to do with an arriving request."""
+
+    ADMIT = "admit"
+    DEFER = "defer"
+    REJECT = "reject"
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionView:
+    """An arriving (or deferred) request and the load it arrives into."""
+
+    request: RequestView
+    """The request to decide on."""
+    now: float
+    """Host time, in seconds."""
+    num_waiting: int
+    """Requests in the waiting queue, not counting this one."""
+    num_running: int
+    """Requests currently decoding."""
+    num_deferred: int = 0
+    """Requests deferred by admission, not counting this one."""
+    kv_capacity_tokens: int = 0
+    """Total KV-cache slots of the pool."""
+    kv_free_tokens: int = 0
+    """Slots free right now (evictable cache not counted as free)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionDecision:
+    """An admission decision."""
+
+    action: AdmissionAction
+    retry_after_s: float = 0.0
+    """For ``REJECT``: when the client should retry, in seconds."""
+    reason: str = ""
+    """Human-readable cause, returned to the client on ``REJECT``."""
+
+
+ADMIT = AdmissionDecision(AdmissionAction.ADMIT)
+
+
+@runtime_checkable
+class AdmissionPolicy(Protocol):
+    """Decides whether an arriving request may join the waiting queue."""
+
+    def decide(self, view: AdmissionView) -> AdmissionDecision:
+        """Admit, defer or reject ``view.request`` (see module docs)."""
+        ...

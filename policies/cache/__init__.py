@@ -1,0 +1,54 @@
+"""Eviction: which cached prefix blocks to free first.
+
+Contract (the host's side):
+  * The cache decides which blocks are *eligible* (not locked by a running
+    request; for a tail-only radix tree, leaves only) and asks the policy to
+    rank them. It frees eligible blocks in ascending rank until it has freed
+    enough tokens, re-ranking blocks that become eligible on the way (a parent
+    whose last child went).
+  * Locked blocks are never offered and never freed.
+
+Contract (the policy's side):
+  * ``rank`` is a pure function of the view: the smallest rank is evicted
+    first. Ranks are tuples of numbers compared lexicographically (SGLang's
+    ``EvictionStrategy.get_priority`` shape).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+#: An eviction rank: compared lexicographically, smallest evicted first.
+EvictionRank = tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BlockView:
+    """One cached block (a radix-tree node: a run of tokens sharing one path)."""
+
+    block_id: int
+    """Host id of the block, stable while it is cached."""
+    num_tokens: int
+    """Tokens (KV slots) the block holds."""
+    prefix_len: int
+    """Tokens on the path before this block (its start position)."""
+    last_access: float
+    """Host time of the last hit or insert (a logical counter inside SGLang)."""
+    created: float
+    """Host time the block was inserted (same clock as ``last_access``)."""
+    hit_count: int = 0
+    """Times a request matched through this block."""
+    priority: int = 0
+    """Request priority the block was inserted with (SGLang's node priority)."""
+    num_children: int = 0
+    """Cached continuations of this block."""
+
+
+@runtime_checkable
+class EvictionPolicy(Protocol):
+    """Ranks eligible cached blocks; the smallest rank is freed first."""
+
+    def rank(self, block: BlockView) -> EvictionRank:
+        """Eviction rank of ``block`` (see module docs)."""
+        ...

@@ -1,0 +1,16 @@
+"""``+cache=lru``: least recently used first (SGLang's default order), as a pure
+policy that runs through Switchboard's eviction seam."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from policies.cache import BlockView, EvictionRank
+
+
+@dataclass(frozen=True)
+class LruPolicy:
+    """Oldest ``last_access`` first; ties by creation order."""
+
+    def rank(self, block: BlockView) -> EvictionRank:
+        return (block.last_access, block.created)

@@ -1,0 +1,80 @@
+"""Scheduling: the order in which waiting requests are offered to prefill.
+
+Contract (the host's side):
+  * Once per scheduling pass the host calls ``policy.order(queue)`` with every
+    waiting request, matched against the prefix cache just before.
+  * The host then walks the returned order and admits requests into the next
+    prefill batch until its token budget or batch limit stops it (it stops at
+    the first request that does not fit; it never skips ahead).
+
+Contract (the policy's side):
+  * ``order`` returns a permutation of ``queue.requests`` rids: every rid
+    exactly once, nothing else. The host rejects anything else loudly.
+  * It is deterministic given the view (ties broken by ``arrival_seq``), so all
+    tensor-parallel ranks agree.
+
+A policy that merely reproduces one of SGLang's own orders sets the class
+attribute ``sglang_schedule_policy`` to that ``--schedule-policy`` name; the
+server then runs SGLang's native implementation instead of this object, while
+the simulator runs this object (tests check the two agree).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from policies.views import RequestView
+
+
+@dataclass(frozen=True, slots=True)
+class QueueView:
+    """The waiting queue at one scheduling pass."""
+
+    requests: tuple[RequestView, ...]
+    """Waiting requests in the host's current queue order."""
+    now: float = 0.0
+    """Host time of this pass, in seconds."""
+    processed_tokens: int = 0
+    """Prefill tokens the host has processed since it started (a token clock)."""
+    num_running: int = 0
+    """Requests currently decoding."""
+
+
+@dataclass(frozen=True, slots=True)
+class OrderDecision:
+    """A scheduling decision: waiting requests, best first."""
+
+    order: tuple[str, ...]
+    """Request ids, a permutation of the queue's rids."""
+
+
+@runtime_checkable
+class SchedulingPolicy(Protocol):
+    """Orders the waiting queue for the next prefill batch (see module docs)."""
+
+    def order(self, queue: QueueView) -> OrderDecision:
+        """Return every waiting request's rid, best first."""
+        ...
+
+
+def ordered_by(queue: QueueView, key) -> OrderDecision:
+    """An ``OrderDecision`` sorting ``queue.requests`` by ``key`` (stable)."""
+    return OrderDecision(tuple(r.rid for r in sorted(queue.requests, key=key)))
+
+
+def check_permutation(queue: QueueView, decision: OrderDecision) -> None:
+    """Raise ``ValueError`` unless ``decision`` is a permutation of the queue.
+
+    NOTE: hosts call this on every decision; a policy that drops or invents a
+    request would otherwise lose or duplicate work silently.
+    """
+    expected = sorted(r.rid for r in queue.requests)
+    if sorted(decision.order) != expected:
+        missing = set(expected) - set(decision.order)
+        extra = set(decision.order) - set(expected)
+        raise ValueError(
+            f"scheduling decision is not a permutation of the queue "
+            f"(missing={sorted(missing)[:5]}, unknown={sorted(extra)[:5]}, "
+            f"len {len(decision.order)} vs {len(expected)})"
+        )

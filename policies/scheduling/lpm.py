@@ -1,0 +1,22 @@
+"""``+policy=lpm``: SGLang's longest-prefix-match order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from policies.scheduling import OrderDecision, QueueView, ordered_by
+
+
+@dataclass(frozen=True)
+class LpmPolicy:
+    """Most cached tokens first; in-batch duplicates last; ties keep queue
+    order. Inside SGLang: ``--schedule-policy lpm``."""
+
+    sglang_schedule_policy: ClassVar[str | None] = "lpm"
+
+    def order(self, queue: QueueView) -> OrderDecision:
+        return ordered_by(
+            queue,
+            lambda r: float("inf") if r.in_batch_duplicate else -r.num_cached_tokens,
+        )

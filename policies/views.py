@@ -1,0 +1,49 @@
+"""Frozen views shared by several policy kinds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    """One request waiting to be (re)prefilled, as its host sees it now.
+
+    NOTE: every field is host-provided; policies never read clocks. Times are
+    seconds on the host's clock (wall clock inside SGLang, simulated time in the
+    simulator) and only differences between them are meaningful.
+    """
+
+    rid: str
+    """Request id, unique among live requests."""
+    arrival_seq: int
+    """Host-assigned arrival order (0, 1, 2, ...). Deterministic: identical on
+    every tensor-parallel rank, so it is the tie-breaker of choice."""
+    arrival_time: float
+    """When the request entered the waiting queue, in host seconds."""
+    num_input_tokens: int
+    """Tokens a prefill must cover if nothing were cached: the prompt plus any
+    output already generated (a retracted request resumes from there)."""
+    num_cached_tokens: int = 0
+    """Leading input tokens already in the prefix cache (the host's latest
+    match; 0 when the host has not matched yet)."""
+    max_new_tokens: int = 0
+    """The request's output-token limit."""
+    num_output_tokens: int = 0
+    """Output tokens generated so far (non-zero only for retracted requests)."""
+    arrival_processed_tokens: int = 0
+    """The host's prefill-token counter when the request arrived (a token clock
+    that is identical on every rank; see ``QueueView.processed_tokens``)."""
+    in_batch_duplicate: bool = False
+    """SGLang's in-batch prefix rule flagged this request this pass: its cache
+    hit is short (<= 32 tokens) and it shares >= 32 leading tokens with an
+    earlier waiting request, which will fill the cache for both."""
+    priority: int | None = None
+    """User-given priority, if any."""
+    session_id: str | None = None
+    """Session the request belongs to, if the client named one."""
+
+    @property
+    def num_uncached_tokens(self) -> int:
+        """Tokens the prefill must actually compute."""
+        return max(0, self.num_input_tokens - self.num_cached_tokens)

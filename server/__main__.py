@@ -1,0 +1,88 @@
+"""``python -m server [overrides]``: compose the config, prepare the model, run SGLang.
+
+Every documented form works verbatim, e.g.::
+
+    python -m server
+    python -m server +policy=shortest_prefill +cache=lru
+    python -m server server.port=31000 sglang.max_running_requests=8
+    python -m server --cfg job          # print the composed config, start nothing
+
+Config mistakes exit with status 2 and one line naming the field or option.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from server.config import CONF_DIR, CONFIG_NAME, ConfigError, compose
+from server.schema import register_schemas
+
+EXIT_CONFIG = 2
+log = logging.getLogger("switchboard")
+
+
+def _fail(message: str) -> None:
+    print(f"switchboard: config error: {message}", file=sys.stderr, flush=True)
+    sys.exit(EXIT_CONFIG)
+
+
+def run(cfg: DictConfig) -> int:
+    """Resolve ``cfg``, materialize the model, and supervise SGLang."""
+    from server.model import ModelCacheError, ensure_default_model
+    from server.resolve import describe, resolve
+    from server.schema import ModelSource
+    from server.supervisor import supervise
+
+    logging.basicConfig(level=cfg.server.log_level.upper(),
+                        format="[%(asctime)s] %(name)s: %(message)s", datefmt="%H:%M:%S")
+    from server.sglang.args import validate
+
+    try:
+        plan = resolve(cfg)
+        validate(plan)  # NOTE: SGLang's own parser checks sglang.* before any model work
+    except ConfigError as exc:
+        _fail(str(exc))
+    if plan.model_path is None:
+        try:
+            path = ensure_default_model(ModelSource(**plan.default_model))
+        except ModelCacheError as exc:
+            print(f"switchboard: model error: {exc}", file=sys.stderr)
+            return 1
+        plan = plan.with_model_path(str(path))
+    log.info("switchboard: device=%s model=%s", plan.device, plan.model_path)
+    for line in describe(plan):
+        log.info("switchboard: %s", line)
+    return supervise(plan)
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=CONFIG_NAME)
+def _hydra_main(cfg: DictConfig) -> None:
+    code = run(cfg)
+    if code:
+        sys.exit(code)
+
+
+def main() -> None:
+    """CLI entry: a one-line config check first, then Hydra's own main."""
+    from hydra._internal.utils import get_args_parser
+
+    register_schemas()
+    args = get_args_parser().parse_args(sys.argv[1:])
+    informational = args.help or args.hydra_help or args.info or args.shell_completion
+    custom_config = args.config_path or args.config_name or args.config_dir
+    if not (informational or custom_config):
+        # NOTE: Hydra would print a multi-line report and exit 1; compose once
+        # here so a mistake is one line naming the field, exit status 2.
+        try:
+            compose(args.overrides)
+        except ConfigError as exc:
+            _fail(str(exc))
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

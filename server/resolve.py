@@ -1,0 +1,134 @@
+"""``resolve(cfg) -> LaunchPlan``: every derived value, computed once, logged once."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from server.config import ConfigError
+from server.policy_spec import PolicySpec, specs_from_config
+from server.schema import Device, DType
+
+log = logging.getLogger("switchboard")
+
+#: ServerArgs fields that Switchboard sets from its own config sections.
+OWNED_SGLANG_FIELDS: dict[str, str] = {
+    "model_path": "model.path",
+    "served_model_name": "model.name",
+    "dtype": "model.dtype",
+    "host": "server.host",
+    "port": "server.port",
+    "device": "server.device",
+    "log_level": "server.log_level",
+}
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything the SGLang launcher needs, as plain data (JSON-serializable)."""
+
+    device: str
+    """``cpu`` or ``cuda`` (``auto`` resolved)."""
+    model_path: str | None
+    """Checkpoint directory; ``None`` until the default model is materialized."""
+    sglang: dict[str, Any]
+    """ServerArgs fields (user's ``sglang.*`` over CPU defaults over Switchboard's)."""
+    policies: dict[str, PolicySpec] = field(default_factory=dict)
+    """Chosen policy kinds by config group; absent kinds keep SGLang's behaviour."""
+    cpu_threads: int = 1
+    """OpenMP threads on CPU."""
+    shutdown_grace_s: float = 10.0
+    """Seconds SGLang gets to exit on Ctrl-C/SIGTERM before it is killed."""
+    default_model: dict[str, Any] | None = None
+    """``model.source`` when ``model_path`` is to be built from it."""
+
+    def with_model_path(self, path: str) -> "LaunchPlan":
+        sglang = dict(self.sglang, model_path=path)
+        return LaunchPlan(self.device, path, sglang, self.policies, self.cpu_threads,
+                          self.shutdown_grace_s, None)
+
+    def to_json(self) -> str:
+        data = dict(self.__dict__)
+        data["policies"] = {g: s.to_json() for g, s in self.policies.items()}
+        return json.dumps(data, indent=1, default=str)
+
+    @classmethod
+    def from_json(cls, text: str) -> "LaunchPlan":
+        data = json.loads(text)
+        data["policies"] = {g: PolicySpec.from_json(s) for g, s in data["policies"].items()}
+        return cls(**data)
+
+
+def detect_device(requested: Device) -> str:
+    """``cuda`` when requested or (``auto``) when torch sees a GPU, else ``cpu``."""
+    if requested is Device.cpu:
+        return "cpu"
+    import torch
+
+    has_cuda = torch.cuda.is_available()
+    if requested is Device.cuda and not has_cuda:
+        raise ConfigError("server.device=cuda but torch sees no CUDA device")
+    return "cuda" if has_cuda else "cpu"
+
+
+def resolve(cfg: DictConfig) -> LaunchPlan:
+    """Turn a composed config into a ``LaunchPlan`` (raises ``ConfigError``)."""
+    user_sglang = OmegaConf.to_container(cfg.sglang, resolve=True)
+    assert isinstance(user_sglang, dict)
+    for key in user_sglang:
+        if key in OWNED_SGLANG_FIELDS:
+            raise ConfigError(
+                f"set {OWNED_SGLANG_FIELDS[key]} instead of sglang.{key} "
+                f"(Switchboard owns that ServerArgs field)"
+            )
+    if cfg.server.cpu_threads < 1:
+        raise ConfigError(f"server.cpu_threads must be >= 1, got {cfg.server.cpu_threads}")
+    policies = specs_from_config(cfg)
+    device = detect_device(Device(cfg.server.device))
+
+    sglang: dict[str, Any] = {}
+    if device == "cpu":
+        sglang.update(OmegaConf.to_container(cfg.server.cpu_sglang, resolve=True))  # type: ignore[arg-type]
+    sglang.update(user_sglang)
+    model_path = cfg.model.path
+    if model_path is not None:
+        path = Path(model_path).expanduser()
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"model.path={model_path} is not a checkpoint directory (no config.json)")
+        model_path = str(path.resolve())
+    sglang.update(
+        model_path=model_path,
+        served_model_name=cfg.model.name,
+        dtype=DType(cfg.model.dtype).value,
+        host=cfg.server.host,
+        port=int(cfg.server.port),
+        device=device,
+        log_level=cfg.server.log_level,
+    )
+    source = None if model_path else OmegaConf.to_container(cfg.model.source, resolve=True)
+    return LaunchPlan(
+        device=device,
+        model_path=model_path,
+        sglang=sglang,
+        policies=policies,
+        cpu_threads=int(cfg.server.cpu_threads),
+        shutdown_grace_s=float(cfg.server.shutdown_grace_s),
+        default_model=source,  # type: ignore[arg-type]
+    )
+
+
+def describe(plan: LaunchPlan) -> list[str]:
+    """One log line per policy kind (chosen option or SGLang built-in)."""
+    from policies import KINDS
+
+    lines = []
+    for kind in KINDS:
+        spec = plan.policies.get(kind.group)
+        what = f"{spec.target} {spec.params or ''}".strip() if spec else "sglang built-in"
+        lines.append(f"{kind.group:<9} ({kind.package}): {what}")
+    return lines

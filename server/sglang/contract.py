@@ -1,0 +1,119 @@
+"""Every SGLang symbol the adapter hooks or calls, with the signature it expects.
+
+SGLang's plugin loader only *logs* a hook whose target is gone; a silently
+unhooked policy would serve stock behaviour under a Switchboard config. So the
+launcher and the plugin in every SGLang process call ``verify()`` and refuse
+to start when anything below is missing or has changed shape.
+
+NOTE: keep this table in step with the adapter: a symbol used in
+``server/sglang/`` but not listed here is a bug (a test greps for it).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass
+
+from server.sglang import SGLANG_VERSION
+
+
+@dataclass(frozen=True)
+class HookedSymbol:
+    """One SGLang symbol and, for callables, its expected parameter names."""
+
+    path: str
+    """Dotted path: ``module.Attr[.attr]``."""
+    params: tuple[str, ...] | None = None
+    """Expected parameter names (``self`` included); ``None`` = not a callable check."""
+
+
+_SCHED = "sglang.srt.managers.scheduler"
+_POLICY = "sglang.srt.managers.schedule_policy"
+
+HOOKED_SYMBOLS: tuple[HookedSymbol, ...] = (
+    HookedSymbol("sglang.srt.plugins.hook_registry.HookRegistry.register",
+                 ("target", "hook", "hook_type", "source")),
+    HookedSymbol(f"{_SCHED}.Scheduler"),
+    HookedSymbol(f"{_SCHED}.Scheduler.init_schedule_policy", ("self",)),
+    HookedSymbol(f"{_SCHED}.Scheduler.get_prefill_adder_class", ("self",)),
+    HookedSymbol(f"{_SCHED}.Scheduler._add_request_to_queue", ("self", "req", "is_retracted")),
+    HookedSymbol(f"{_SCHED}.Scheduler.send_abort_output", ("self", "abort_req", "req")),
+    HookedSymbol(f"{_SCHED}.Scheduler._release_aborted_request", ("self", "req")),
+    HookedSymbol(f"{_SCHED}._make_abort_req", ("req", "finished_reason")),
+    HookedSymbol(f"{_POLICY}.SchedulePolicy.__init__",
+                 ("self", "policy", "tree_cache", "enable_hierarchical_cache",
+                  "enable_priority_scheduling", "schedule_low_priority_values_first")),
+    HookedSymbol(f"{_POLICY}.SchedulePolicy.calc_priority",
+                 ("self", "waiting_queue", "running_batch", "processed_tokens")),
+    HookedSymbol(f"{_POLICY}.SchedulePolicy._compute_prefix_matches",
+                 ("self", "waiting_queue", "policy")),
+    HookedSymbol(f"{_POLICY}.SchedulePolicy._determine_active_policy", ("self", "waiting_queue")),
+    HookedSymbol(f"{_POLICY}.PrefillAdder.add_one_req",
+                 ("self", "req", "has_chunked_req", "truncation_align_size")),
+    HookedSymbol(f"{_POLICY}.AddReqResult"),
+    HookedSymbol(f"{_POLICY}.CacheAwarePolicy"),
+    HookedSymbol("sglang.srt.mem_cache.evict_policy.EvictionStrategy.get_priority", ("self", "node")),
+    HookedSymbol("sglang.srt.mem_cache.utils._EVICTION_POLICY_FACTORIES"),
+    HookedSymbol("sglang.srt.arg_groups.choices.add_radix_eviction_policy_choices"),
+    HookedSymbol("sglang.srt.server_args.prepare_server_args", ("argv",)),
+    HookedSymbol("sglang.srt.server_args.ServerArgs.add_cli_args", ("parser",)),
+    HookedSymbol("sglang.srt.entrypoints.http_server.app"),
+    HookedSymbol("sglang.srt.entrypoints.http_server.launch_server",
+                 ("server_args", "init_tokenizer_manager_func", "run_scheduler_process_func",
+                  "run_detokenizer_process_func", "execute_warmup_func", "launch_callback")),
+)
+
+
+class HookContractError(RuntimeError):
+    """An SGLang symbol the adapter needs is missing or has another signature."""
+
+
+def _resolve(path: str) -> object:
+    parts = path.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        try:
+            obj: object = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for attr in parts[split:]:
+            obj = getattr(obj, attr)  # AttributeError: missing
+        return obj
+    raise ImportError(path)
+
+
+def problems(symbols: tuple[HookedSymbol, ...] = HOOKED_SYMBOLS) -> list[str]:
+    """What is wrong with ``symbols`` in the installed SGLang (empty: all good)."""
+    found = []
+    for sym in symbols:
+        try:
+            obj = _resolve(sym.path)
+        except (ImportError, AttributeError) as exc:
+            found.append(f"{sym.path} is missing ({type(exc).__name__}: {exc})")
+            continue
+        if sym.params is None:
+            continue
+        try:
+            actual = tuple(inspect.signature(obj).parameters)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            found.append(f"{sym.path} is not a callable with a signature")
+            continue
+        if actual != sym.params:
+            found.append(f"{sym.path} has parameters {actual}, expected {sym.params}")
+    return found
+
+
+def verify(symbols: tuple[HookedSymbol, ...] = HOOKED_SYMBOLS) -> None:
+    """Raise ``HookContractError`` naming every broken symbol."""
+    found = problems(symbols)
+    if found:
+        try:
+            import sglang
+
+            installed = getattr(sglang, "__version__", "unknown")
+        except ImportError:
+            installed = "not installed"
+        raise HookContractError(
+            f"Switchboard's SGLang adapter is pinned to sglang=={SGLANG_VERSION} "
+            f"(installed: {installed}) and cannot hook it: " + "; ".join(found)
+        )

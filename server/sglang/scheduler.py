@@ -1,0 +1,194 @@
+"""Scheduler-side seam: binds scheduling and admission policies to SGLang's scheduler.
+
+Imported only inside SGLang processes (it imports SGLang). The plugin REPLACEs
+``sglang.srt.managers.scheduler.Scheduler`` with the class made by
+``scheduler_class``; SGLang's ``run_scheduler_process`` looks the class up at
+call time, so every scheduler rank runs it.
+
+Where each kind decides (hop numbers of docs/lifecycle.md):
+  * admission, hop 5: ``_add_request_to_queue`` (every new request, before it
+    joins ``waiting_queue`` and before any KV allocation); deferred requests
+    are revisited in ``calc_priority`` and never offered to the PrefillAdder.
+  * scheduling, hop 6: ``SchedulePolicy.calc_priority`` (each prefill pass).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from http import HTTPStatus
+from typing import Any, Optional
+
+from sglang.srt.managers import scheduler as sglang_scheduler
+from sglang.srt.managers.schedule_policy import (
+    AddReqResult,
+    CacheAwarePolicy,
+    PrefillAdder,
+    SchedulePolicy,
+)
+
+from policies.admission import AdmissionAction, AdmissionDecision, AdmissionPolicy, AdmissionView
+from policies.scheduling import QueueView, SchedulingPolicy, check_permutation
+from server.sglang.admission import rejection_message
+from server.sglang.views import request_view, stamp_arrival
+
+#: Set on a ``Req`` while admission defers it.
+DEFERRED_ATTR = "_switchboard_deferred"
+
+
+def is_deferred(req: Any) -> bool:
+    return getattr(req, DEFERRED_ATTR, False)
+
+
+class AdmissionGate:
+    """Applies an ``AdmissionPolicy`` to one scheduler's requests."""
+
+    def __init__(self, scheduler: Any, policy: AdmissionPolicy) -> None:
+        self.scheduler = scheduler
+        self.policy = policy
+
+    def view(self, req: Any) -> AdmissionView:
+        s = self.scheduler
+        queue = s.waiting_queue
+        deferred = sum(1 for r in queue if is_deferred(r) and r is not req)
+        waiting = sum(1 for r in queue if r is not req) - deferred
+        allocator = s.token_to_kv_pool_allocator
+        return AdmissionView(
+            request=request_view(req),
+            now=time.perf_counter(),
+            num_waiting=waiting,
+            num_deferred=deferred,
+            num_running=len(s.running_batch.reqs),
+            kv_capacity_tokens=int(getattr(s, "max_total_num_tokens", 0) or 0),
+            kv_free_tokens=int(allocator.available_size()),
+        )
+
+    def on_arrival(self, req: Any) -> bool:
+        """Decide on a new request; ``True`` if it may join the waiting queue."""
+        decision = self.policy.decide(self.view(req))
+        if decision.action is AdmissionAction.REJECT:
+            self.reject(req, decision)
+            return False
+        setattr(req, DEFERRED_ATTR, decision.action is AdmissionAction.DEFER)
+        return True
+
+    def revisit(self, waiting_queue: list) -> None:
+        """Offer each deferred request to the policy again, oldest first."""
+        for req in [r for r in waiting_queue if is_deferred(r)]:
+            decision = self.policy.decide(self.view(req))
+            if decision.action is AdmissionAction.ADMIT:
+                setattr(req, DEFERRED_ATTR, False)
+            elif decision.action is AdmissionAction.REJECT:
+                waiting_queue.remove(req)
+                self.reject(req, decision)
+                self.scheduler._release_aborted_request(req)
+
+    def reject(self, req: Any, decision: AdmissionDecision) -> None:
+        """Answer ``req`` with 429 + Retry-After; the caller frees what it holds."""
+        reason = {
+            "type": "abort",
+            "status_code": HTTPStatus.TOO_MANY_REQUESTS,
+            "message": rejection_message(decision),
+        }
+        self.scheduler.send_abort_output(sglang_scheduler._make_abort_req(req, reason), req)
+
+
+class SwitchboardSchedulePolicy(SchedulePolicy):
+    """SGLang's ``SchedulePolicy`` with the queue order decided by a pure policy.
+
+    Without an order policy it keeps SGLang's own order (``--schedule-policy``)
+    and only keeps deferred requests at the back.
+    """
+
+    def __init__(self, policy: str, tree_cache: Any, enable_hierarchical_cache: bool,
+                 enable_priority_scheduling: bool, schedule_low_priority_values_first: bool,
+                 *, order: Optional[SchedulingPolicy] = None,
+                 gate: Optional[AdmissionGate] = None) -> None:
+        # NOTE: with our own order we run SGLang's cache-aware (lpm) slot, so the
+        # queue is prefix-matched each pass and the scheduler treats it as matched.
+        super().__init__("lpm" if order is not None else policy, tree_cache,
+                         enable_hierarchical_cache, enable_priority_scheduling,
+                         schedule_low_priority_values_first)
+        self.order_policy = order
+        self.gate = gate
+
+    def _determine_active_policy(self, waiting_queue: list) -> Any:
+        if self.order_policy is not None:
+            # NOTE: no silent FCFS fallback for long queues (SGLang's > 128 rule):
+            # the chosen policy decides for every queue length.
+            return self.policy
+        return super()._determine_active_policy(waiting_queue)
+
+    def calc_priority(self, waiting_queue: list, running_batch: Any = None,
+                      processed_tokens: int = 0) -> None:
+        if self.gate is not None:
+            self.gate.revisit(waiting_queue)
+        if self.order_policy is None:
+            super().calc_priority(waiting_queue, running_batch, processed_tokens)
+        else:
+            self._apply_order(waiting_queue, running_batch, processed_tokens)
+        if self.gate is not None:
+            waiting_queue.sort(key=is_deferred)  # stable: deferred go last
+
+    def _apply_order(self, waiting_queue: list, running_batch: Any, processed_tokens: int) -> None:
+        if not waiting_queue:
+            return
+        duplicates: set = set()
+        if isinstance(self.policy, CacheAwarePolicy):
+            duplicates = self._compute_prefix_matches(waiting_queue, self.policy)
+        queue = QueueView(
+            requests=tuple(request_view(r, r.rid in duplicates) for r in waiting_queue),
+            now=time.perf_counter(),
+            processed_tokens=processed_tokens,
+            num_running=len(running_batch.reqs) if running_batch is not None else 0,
+        )
+        decision = self.order_policy.order(queue)  # type: ignore[union-attr]
+        check_permutation(queue, decision)
+        rank = {rid: i for i, rid in enumerate(decision.order)}
+        waiting_queue.sort(key=lambda r: rank[r.rid])
+
+
+@functools.lru_cache(maxsize=None)
+def _gated_adder(base: type[PrefillAdder]) -> type[PrefillAdder]:
+    class GatedPrefillAdder(base):  # type: ignore[valid-type, misc]
+        """Stops the prefill walk at the first deferred request (they sort last)."""
+
+        def add_one_req(self, req: Any, has_chunked_req: bool, truncation_align_size: Any):
+            if is_deferred(req):
+                return AddReqResult.OTHER
+            return super().add_one_req(req, has_chunked_req, truncation_align_size)
+
+    return GatedPrefillAdder
+
+
+def scheduler_class(order: Optional[SchedulingPolicy],
+                    admission: Optional[AdmissionPolicy]) -> type:
+    """A subclass of SGLang's ``Scheduler`` bound to the chosen policies."""
+    base = sglang_scheduler.Scheduler
+
+    class SwitchboardScheduler(base):  # type: ignore[valid-type, misc]
+        """SGLang's scheduler with Switchboard's scheduling and admission seams."""
+
+        def init_schedule_policy(self) -> None:
+            super().init_schedule_policy()
+            self._switchboard_gate = AdmissionGate(self, admission) if admission else None
+            self.policy = SwitchboardSchedulePolicy(
+                self.schedule_policy, self.tree_cache, self.enable_hierarchical_cache,
+                self.enable_priority_scheduling, self.schedule_low_priority_values_first,
+                order=order, gate=self._switchboard_gate,
+            )
+
+        def get_prefill_adder_class(self) -> type[PrefillAdder]:
+            adder = super().get_prefill_adder_class()
+            return _gated_adder(adder) if self._switchboard_gate is not None else adder
+
+        def _add_request_to_queue(self, req: Any, is_retracted: bool = False) -> None:
+            stamp_arrival(req)
+            gate = self._switchboard_gate
+            if gate is not None and not is_retracted and not hasattr(req, DEFERRED_ATTR):
+                if not gate.on_arrival(req):
+                    self._release_aborted_request(req)
+                    return
+            super()._add_request_to_queue(req, is_retracted)
+
+    return SwitchboardScheduler
