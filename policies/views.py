@@ -42,6 +42,20 @@ class RequestView:
     """User-given priority, if any."""
     session_id: str | None = None
     """Session the request belongs to, if the client named one."""
+    prefix_path: tuple[int, ...] = ()
+    """Where the request's cached prefix ends in the host's prefix tree: one
+    key per tree node on the path from the root (excluded) down to the node
+    the match ends in (included). A key identifies its node among its
+    siblings, and keys order siblings the way the host's tree orders its
+    children (SGLang: position in ``parent.children``, i.e. insertion order;
+    the simulator: the order children were attached). Two requests whose
+    matches end in the same node have equal paths; a path that is a prefix
+    of another names an ancestor. Empty when nothing is cached or the host
+    does not provide tree information.
+
+    NOTE: matches end on node boundaries (SGLang splits a node where a match
+    ends), so the tree the paths describe is the host's tree after this
+    pass's matching."""
 
     @property
     def num_uncached_tokens(self) -> int:

@@ -74,5 +74,5 @@ def _valid_keys(cause: OmegaConfBaseException) -> list[str]:
         return [f.name for f in fields(obj_type)]
     parent = getattr(cause, "parent_node", None)
     if isinstance(parent, DictConfig):
-        return [str(k) for k in parent.keys()]
+        return [str(k) for k in parent.keys() if not str(k).startswith("_")]
     return []

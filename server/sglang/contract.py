@@ -32,8 +32,10 @@ _SCHED = "sglang.srt.managers.scheduler"
 _POLICY = "sglang.srt.managers.schedule_policy"
 
 HOOKED_SYMBOLS: tuple[HookedSymbol, ...] = (
+    HookedSymbol("sglang.srt.plugins.load_plugins", ()),
     HookedSymbol("sglang.srt.plugins.hook_registry.HookRegistry.register",
                  ("target", "hook", "hook_type", "source")),
+    HookedSymbol("sglang.srt.plugins.hook_registry.HookType.REPLACE"),
     HookedSymbol(f"{_SCHED}.Scheduler"),
     HookedSymbol(f"{_SCHED}.Scheduler.init_schedule_policy", ("self",)),
     HookedSymbol(f"{_SCHED}.Scheduler.get_prefill_adder_class", ("self",)),
@@ -55,6 +57,7 @@ HOOKED_SYMBOLS: tuple[HookedSymbol, ...] = (
     HookedSymbol(f"{_POLICY}.CacheAwarePolicy"),
     HookedSymbol("sglang.srt.mem_cache.evict_policy.EvictionStrategy.get_priority", ("self", "node")),
     HookedSymbol("sglang.srt.mem_cache.utils._EVICTION_POLICY_FACTORIES"),
+    HookedSymbol("sglang.srt.arg_groups.choices.RADIX_EVICTION_POLICY_CHOICES"),
     HookedSymbol("sglang.srt.arg_groups.choices.add_radix_eviction_policy_choices"),
     HookedSymbol("sglang.srt.server_args.prepare_server_args", ("argv",)),
     HookedSymbol("sglang.srt.server_args.ServerArgs.add_cli_args", ("parser",)),

@@ -1,0 +1,41 @@
+"""Policies inside the live CPU server: scheduling order and eviction through the seams."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import httpx
+import pytest
+
+from .conftest import module_server
+from .live import MAX_TOKENS, HFReference, QueueExperiment, run_conversations, unique_prompt
+
+pytestmark = pytest.mark.server
+
+# NOTE: a 600-token KV pool, so the 12 chat turns below force evictions.
+server = module_server("model.dtype=float32", "+policy=shortest_prefill", "+cache=lru",
+                       "sglang.max_running_requests=1", "sglang.max_total_tokens=600")
+
+
+def test_queue_completes_in_shortest_prefill_order(server):
+    rng = random.Random(2)
+    prompts = {"long": unique_prompt(rng, 120), "short": unique_prompt(rng, 10),
+               "mid": unique_prompt(rng, 60), "tiny": unique_prompt(rng, 2)}
+    assert QueueExperiment(server.base_url).run(prompts) == ["tiny", "short", "mid", "long"]
+
+
+def evicted_tokens(base_url: str) -> float:
+    text = httpx.get(base_url + "/metrics", timeout=10).text
+    return sum(float(v) for v in re.findall(r"^sglang:evicted_tokens_total\{[^}]*\} ([0-9.e+]+)$", text, re.M))
+
+
+def test_lru_seam_evicts_and_greedy_output_still_equals_hf(server, checkpoint):
+    before = evicted_tokens(server.base_url)
+    turns = run_conversations(server.base_url)
+    assert evicted_tokens(server.base_url) > before, "the 600-token pool never evicted"
+    assert "radix-cache eviction ranked by LruPolicy" in server.log_text()
+    hf = HFReference(checkpoint)
+    for i, turn in enumerate(turns):
+        text, n_prompt, n_new = hf.greedy(turn.messages, MAX_TOKENS)
+        assert (turn.prompt_tokens, turn.text, turn.completion_tokens) == (n_prompt, text, n_new), f"turn {i}"
