@@ -1,97 +1,15 @@
-"""Helpers for tests against a running Switchboard server."""
+"""Test-only helpers for a running Switchboard server (shared ones live in bench.live)."""
 
 from __future__ import annotations
 
 import random
 import threading
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 
-SYSTEM_PROMPT = "You are a concise assistant. Answer in one or two sentences."
-
-#: Three conversations sharing the system prompt; every turn's history holds the
-#: earlier answers. Written once, never tuned to make a comparison pass.
-CONVERSATIONS: list[list[str]] = [
-    ["What is the boiling point of water at sea level?", "And in Fahrenheit?",
-     "Why does it change with altitude?", "Give one example of a high-altitude city."],
-    ["Name three primary colors.", "Which of them is a warm color?",
-     "What color do you get by mixing two of them?", "Write a haiku about that color."],
-    ["What is a prime number?", "Is 21 prime?", "List the primes below 20.", "What is their sum?"],
-]
-MAX_TOKENS = 48
-
-
-def client(base_url: str, **kw: Any) -> openai.OpenAI:
-    return openai.OpenAI(base_url=base_url + "/v1", api_key="none", **kw)
-
-
-class HFReference:
-    """Hugging Face transformers greedy decoding on the same checkpoint (float32)."""
-
-    def __init__(self, path: Path) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        torch.set_num_threads(1)
-        self.torch = torch
-        self.tok = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-
-    def greedy(self, messages: list[dict], max_new_tokens: int) -> tuple[str, int, int]:
-        """``(text, prompt_tokens, completion_tokens)``."""
-        text = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        ids = self.tok(text, add_special_tokens=False, return_tensors="pt").input_ids
-        with self.torch.no_grad():
-            out = self.model.generate(ids, max_new_tokens=max_new_tokens, do_sample=False,
-                                      attention_mask=self.torch.ones_like(ids))
-        new = out[0, ids.shape[1]:].tolist()
-        n_new = len(new)
-        if new and new[-1] == self.tok.eos_token_id:
-            new = new[:-1]  # the stop token is counted but not returned, as in SGLang
-        return self.tok.decode(new, skip_special_tokens=True), ids.shape[1], n_new
-
-
-@dataclass
-class TurnResult:
-    messages: list[dict]
-    text: str
-    prompt_tokens: int
-    completion_tokens: int
-
-
-def run_conversations(base_url: str) -> list[TurnResult]:
-    """Every turn of ``CONVERSATIONS`` through the real openai client, greedy."""
-    c = client(base_url, timeout=300)
-    results = []
-    for turns in CONVERSATIONS:
-        history = [{"role": "system", "content": SYSTEM_PROMPT}]
-        for user in turns:
-            messages = history + [{"role": "user", "content": user}]
-            resp = c.chat.completions.create(model="default", messages=messages,
-                                             max_tokens=MAX_TOKENS, temperature=0)
-            text = resp.choices[0].message.content
-            results.append(TurnResult(messages, text, resp.usage.prompt_tokens, resp.usage.completion_tokens))
-            history = messages + [{"role": "assistant", "content": text}]
-    return results
-
-
-def loads(base_url: str) -> dict:
-    """SGLang's live scheduler load (``/v1/loads``), rank 0."""
-    return httpx.get(base_url + "/v1/loads", timeout=10).json()["loads"][0]
-
-
-def wait_for(predicate, timeout: float = 120, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
+from bench.live.chat import loads, wait_for
 
 _WORDS = ("time year people way day man thing woman life child world school state family "
           "student group country problem hand part place case week company system program "

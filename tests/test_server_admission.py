@@ -12,7 +12,9 @@ import psutil
 import pytest
 
 from .conftest import module_server
-from .live import client, loads, unique_prompt, wait_for
+from bench.live.chat import client, loads, wait_for
+
+from .live import unique_prompt
 
 pytestmark = pytest.mark.server
 

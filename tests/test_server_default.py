@@ -8,7 +8,9 @@ import httpx
 import pytest
 
 from .conftest import module_server
-from .live import MAX_TOKENS, HFReference, QueueExperiment, client, run_conversations, unique_prompt
+from bench.live.chat import HFReference, agreement, client, run_conversations
+
+from .live import QueueExperiment, unique_prompt
 
 pytestmark = pytest.mark.server
 
@@ -23,10 +25,8 @@ def hf(checkpoint):
 def test_greedy_chat_turns_equal_hf_transformers(server, hf):
     turns = run_conversations(server.base_url)
     assert len(turns) == 12
-    for i, turn in enumerate(turns):
-        text, n_prompt, n_new = hf.greedy(turn.messages, MAX_TOKENS)
-        assert turn.prompt_tokens == n_prompt, f"turn {i}: prompt tokenized differently"
-        assert (turn.text, turn.completion_tokens) == (text, n_new), f"turn {i} differs from HF"
+    same = agreement(turns, hf)
+    assert all(same), f"turns differing from HF: {[i for i, ok in enumerate(same) if not ok]}"
 
 
 def test_streaming_equals_non_streaming(server):

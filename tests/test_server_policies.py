@@ -9,7 +9,9 @@ import httpx
 import pytest
 
 from .conftest import module_server
-from .live import MAX_TOKENS, HFReference, QueueExperiment, run_conversations, unique_prompt
+from bench.live.chat import HFReference, agreement, run_conversations
+
+from .live import QueueExperiment, unique_prompt
 
 pytestmark = pytest.mark.server
 
@@ -35,7 +37,5 @@ def test_lru_seam_evicts_and_greedy_output_still_equals_hf(server, checkpoint):
     turns = run_conversations(server.base_url)
     assert evicted_tokens(server.base_url) > before, "the 600-token pool never evicted"
     assert "radix-cache eviction ranked by LruPolicy" in server.log_text()
-    hf = HFReference(checkpoint)
-    for i, turn in enumerate(turns):
-        text, n_prompt, n_new = hf.greedy(turn.messages, MAX_TOKENS)
-        assert (turn.prompt_tokens, turn.text, turn.completion_tokens) == (n_prompt, text, n_new), f"turn {i}"
+    same = agreement(turns, HFReference(checkpoint))
+    assert all(same), f"turns differing from HF: {[i for i, ok in enumerate(same) if not ok]}"

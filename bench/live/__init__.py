@@ -1,0 +1,1 @@
+"""Live measurements against a real Switchboard/SGLang server (tests and scripts share these)."""

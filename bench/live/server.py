@@ -1,0 +1,92 @@
+"""Start and stop ``python -m server`` the way a user does, for harnesses and tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+
+REPO = Path(__file__).resolve().parents[2]
+#: Includes the one-time model conversion on a fresh machine.
+START_TIMEOUT_S = 900
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerStartError(RuntimeError):
+    """The server exited or never became healthy; the message ends with its log tail."""
+
+
+class ServerProcess:
+    """``python -m server <overrides>`` on a free port, with its log in ``log_path``."""
+
+    def __init__(self, overrides: list[str], log_path: Path) -> None:
+        self.port = free_port()
+        self.overrides = [f"server.port={self.port}", *overrides]
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+        self.base_url = f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> "ServerProcess":
+        env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), PYTHONUNBUFFERED="1")
+        self._log = self.log_path.open("w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "server", *self.overrides],
+                                     cwd=REPO, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ServerStartError(f"server exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                if httpx.get(self.base_url + "/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        self.stop()
+        raise ServerStartError(f"server not healthy after {timeout:.0f}s:\n{self.log_tail()}")
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def log_tail(self, n: int = 60) -> str:
+        return "\n".join(self.log_text().splitlines()[-n:])
+
+    def descendants(self) -> list[psutil.Process]:
+        assert self.proc is not None
+        try:
+            return psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> float:
+        """Signal the supervisor; return seconds until it exited (killed after ``timeout``)."""
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            return 0.0
+        t0 = time.monotonic()
+        self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for p in [*self.descendants(), psutil.Process(self.proc.pid)]:
+                p.kill()
+            self.proc.wait()
+        self._log.close()
+        return time.monotonic() - t0
+
+    def __enter__(self) -> "ServerProcess":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
