@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import time
 from http import HTTPStatus
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from sglang.srt.managers import scheduler as sglang_scheduler
 from sglang.srt.managers.schedule_policy import (
@@ -103,7 +103,8 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
     def __init__(self, policy: str, tree_cache: Any, enable_hierarchical_cache: bool,
                  enable_priority_scheduling: bool, schedule_low_priority_values_first: bool,
                  *, order: Optional[SchedulingPolicy] = None,
-                 gate: Optional[AdmissionGate] = None) -> None:
+                 gate: Optional[AdmissionGate] = None,
+                 prefill_clock: Optional[Callable[[], int]] = None) -> None:
         # NOTE: with our own order we run SGLang's cache-aware (lpm) slot, so the
         # queue is prefix-matched each pass and the scheduler treats it as matched.
         super().__init__("lpm" if order is not None else policy, tree_cache,
@@ -111,6 +112,7 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
                          schedule_low_priority_values_first)
         self.order_policy = order
         self.gate = gate
+        self.prefill_clock = prefill_clock
 
     def _determine_active_policy(self, waiting_queue: list) -> Any:
         if self.order_policy is not None:
@@ -126,7 +128,8 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
         if self.order_policy is None:
             super().calc_priority(waiting_queue, running_batch, processed_tokens)
         else:
-            self._apply_order(waiting_queue, running_batch, processed_tokens)
+            clock = self.prefill_clock() if self.prefill_clock is not None else processed_tokens
+            self._apply_order(waiting_queue, running_batch, clock)
         if self.gate is not None:
             waiting_queue.sort(key=is_deferred)  # stable: deferred go last
 
@@ -171,19 +174,30 @@ def scheduler_class(order: Optional[SchedulingPolicy],
 
         def init_schedule_policy(self) -> None:
             super().init_schedule_policy()
+            # NOTE: our own prefill-token clock. SGLang's processed_tokens_counter
+            # also grows on decode steps (a decode batch keeps the extend_num_tokens
+            # of its last prefill), so it is no token clock of prefill work.
+            self._switchboard_prefill_tokens = 0
             self._switchboard_gate = AdmissionGate(self, admission) if admission else None
             self.policy = SwitchboardSchedulePolicy(
                 self.schedule_policy, self.tree_cache, self.enable_hierarchical_cache,
                 self.enable_priority_scheduling, self.schedule_low_priority_values_first,
                 order=order, gate=self._switchboard_gate,
+                prefill_clock=lambda: self._switchboard_prefill_tokens,
             )
+
+        def run_batch(self, batch: Any, pp_proxy_tensors: Any = None) -> Any:
+            mode = batch.forward_mode
+            if mode.is_extend() and not mode.is_target_verify() and batch.extend_num_tokens:
+                self._switchboard_prefill_tokens += batch.extend_num_tokens
+            return super().run_batch(batch, pp_proxy_tensors)
 
         def get_prefill_adder_class(self) -> type[PrefillAdder]:
             adder = super().get_prefill_adder_class()
             return _gated_adder(adder) if self._switchboard_gate is not None else adder
 
         def _add_request_to_queue(self, req: Any, is_retracted: bool = False) -> None:
-            stamp_arrival(req)
+            stamp_arrival(req, self._switchboard_prefill_tokens)
             gate = self._switchboard_gate
             if gate is not None and not is_retracted and not hasattr(req, DEFERRED_ATTR):
                 if not gate.on_arrival(req):

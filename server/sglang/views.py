@@ -9,15 +9,18 @@ from typing import Any
 from policies.cache import BlockView
 from policies.views import RequestView
 
-#: Attribute the adapter stamps on each ``Req`` with its arrival order.
+#: Attributes the adapter stamps on each ``Req``: arrival order and the
+#: scheduler's prefill-token clock at arrival.
 ARRIVAL_SEQ_ATTR = "_switchboard_arrival_seq"
+ARRIVAL_CLOCK_ATTR = "_switchboard_arrival_clock"
 _arrival_counter = itertools.count()
 
 
-def stamp_arrival(req: Any) -> None:
-    """Give ``req`` its arrival number once (a retracted request keeps its own)."""
+def stamp_arrival(req: Any, prefill_clock: int = 0) -> None:
+    """Stamp ``req``'s arrival once (a retracted request keeps its own)."""
     if getattr(req, ARRIVAL_SEQ_ATTR, None) is None:
         setattr(req, ARRIVAL_SEQ_ATTR, next(_arrival_counter))
+        setattr(req, ARRIVAL_CLOCK_ATTR, prefill_clock)
 
 
 def request_view(req: Any, in_batch_duplicate: bool = False) -> RequestView:
@@ -31,7 +34,7 @@ def request_view(req: Any, in_batch_duplicate: bool = False) -> RequestView:
         num_cached_tokens=int(getattr(req, "num_matched_prefix_tokens", 0) or 0),
         max_new_tokens=int(req.sampling_params.max_new_tokens or 0),
         num_output_tokens=num_output,
-        arrival_processed_tokens=int(getattr(req, "arrival_processed_tokens", 0) or 0),
+        arrival_processed_tokens=int(getattr(req, ARRIVAL_CLOCK_ATTR, 0)),
         in_batch_duplicate=in_batch_duplicate,
         priority=req.priority,
         session_id=getattr(req, "session_id", None),
