@@ -53,9 +53,9 @@ def run(cfg: DictConfig) -> int:
             print(f"switchboard: model error: {exc}", file=sys.stderr)
             return 1
         plan = plan.with_model_path(str(path))
-    log.info("switchboard: device=%s model=%s", plan.device, plan.model_path)
+    log.info("device=%s model=%s", plan.device, plan.model_path)
     for line in describe(plan):
-        log.info("switchboard: %s", line)
+        log.info("%s", line)
     return supervise(plan)
 
 

@@ -45,7 +45,7 @@ def supervise(plan: LaunchPlan) -> int:
 
         def on_signal(signum: int, _frame: object) -> None:
             if not stop_at:
-                log.warning("switchboard: %s received, stopping SGLang (grace %.0f s)",
+                log.warning("%s received, stopping SGLang (grace %.0f s)",
                             signal.Signals(signum).name, plan.shutdown_grace_s)
                 stop_at.append(time.monotonic() + plan.shutdown_grace_s)
                 proc.send_signal(signal.SIGTERM)  # SGLang stops its own children
@@ -54,7 +54,7 @@ def supervise(plan: LaunchPlan) -> int:
         try:
             while proc.poll() is None:
                 if stop_at and time.monotonic() > stop_at[0]:
-                    log.warning("switchboard: SGLang did not exit in time; killing it")
+                    log.warning("SGLang did not exit in time; killing it")
                     _killpg(proc.pid, signal.SIGKILL)
                 try:
                     proc.wait(timeout=0.2)

@@ -77,3 +77,17 @@ def test_normal_stream_passes_through_untouched():
     r = post("/stream_ok")
     assert r.status_code == 200 and "retry-after" not in r.headers
     assert r.text == 'data: {"choices": []}\n\ndata: [DONE]\n\n'
+
+
+async def stream_bad_request(request):
+    error = {"error": {"object": "error", "message": "needs 1200 KV tokens", "type": "BAD_REQUEST", "code": 400}}
+    return sse(f"data: {json.dumps(error)}\n\n", "data: [DONE]\n\n")
+
+
+APP.app.router.routes.append(Route("/stream_bad", stream_bad_request, methods=["POST"]))
+
+
+def test_stream_starting_with_a_request_error_becomes_a_real_400_without_retry_after():
+    r = post("/stream_bad")
+    assert r.status_code == 400 and "retry-after" not in r.headers
+    assert "1200 KV tokens" in r.json()["error"]["message"]

@@ -39,3 +39,19 @@ def test_lru_seam_evicts_and_greedy_output_still_equals_hf(server, checkpoint):
     assert "radix-cache eviction ranked by LruPolicy" in server.log_text()
     same = agreement(turns, HFReference(checkpoint))
     assert all(same), f"turns differing from HF: {[i for i, ok in enumerate(same) if not ok]}"
+
+
+def test_request_that_can_never_fit_the_pool_is_refused_with_400(server):
+    import openai
+
+    from bench.live.chat import client, loads
+
+    body = {"model": "default", "messages": [{"role": "user", "content": "Tell a story."}],
+            "max_tokens": 1000}
+    r = httpx.post(server.base_url + "/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 400 and "KV pool holds at most 600" in r.json()["message"]
+    with pytest.raises(openai.BadRequestError, match="KV pool holds at most 600"):
+        list(client(server.base_url, max_retries=0).chat.completions.create(stream=True, **body))
+    ok = httpx.post(server.base_url + "/v1/chat/completions", json={**body, "max_tokens": 8}, timeout=300)
+    assert ok.status_code == 200
+    assert loads(server.base_url)["num_running_reqs"] == 0

@@ -5,8 +5,8 @@ message ending in ``retry after N s`` (``rejection_message``). SGLang turns that
 into an HTTP 429 for non-streaming requests, but a streaming request has
 already been answered 200 when its first chunk is the error. The ASGI
 middleware below, installed on SGLang's FastAPI app in the HTTP process,
-(a) turns a stream whose *first* chunk is a 429/503 error into a real 429/503
-response and (b) adds ``Retry-After`` to every 429/503 (SGLang's own 503s
+(a) turns a stream whose *first* chunk is a 400/429/503 error into a real
+response with that status and (b) adds ``Retry-After`` to every 429/503 (SGLang's own 503s
 included, which carry no hint: they get ``DEFAULT_RETRY_AFTER_S``).
 """
 
@@ -21,6 +21,8 @@ from policies.admission import AdmissionDecision
 
 DEFAULT_RETRY_AFTER_S = 1
 OVERLOAD_STATUSES = (429, 503)
+#: Errors a stream may start with that deserve a real HTTP status.
+STREAM_ERROR_STATUSES = (400, *OVERLOAD_STATUSES)
 _RETRY_RE = re.compile(r"retry after (\d+) s")
 
 Scope = dict[str, Any]
@@ -43,7 +45,7 @@ def retry_after_from(text: str) -> int:
 
 
 def _stream_error(chunk: bytes) -> tuple[int, dict[str, Any]] | None:
-    """``(status, error)`` if an SSE chunk is an overload error object."""
+    """``(status, error)`` if an SSE chunk is a request or overload error object."""
     text = chunk.decode("utf-8", "replace").strip()
     if not text.startswith("data:"):
         return None
@@ -52,7 +54,7 @@ def _stream_error(chunk: bytes) -> tuple[int, dict[str, Any]] | None:
     except ValueError:
         return None
     error = payload.get("error") if isinstance(payload, dict) else None
-    if isinstance(error, dict) and error.get("code") in OVERLOAD_STATUSES:
+    if isinstance(error, dict) and error.get("code") in STREAM_ERROR_STATUSES:
         return int(error["code"]), error
     return None
 
@@ -91,8 +93,9 @@ class RetryAfterMiddleware:
                     if error is not None:
                         status, payload = error
                         done = True
-                        await _send_json(send, status, {"error": payload},
-                                         retry_after_from(str(payload.get("message", ""))))
+                        retry = (retry_after_from(str(payload.get("message", "")))
+                                 if status in OVERLOAD_STATUSES else None)
+                        await _send_json(send, status, {"error": payload}, retry)
                         return
                     await send(start)
             await send(message)
@@ -106,7 +109,7 @@ def _with_retry_after(start: Message, seconds: int) -> Message:
     return {**start, "headers": headers}
 
 
-async def _send_json(send: Send, status: int, content: dict[str, Any], retry_after: int) -> None:
+async def _send_json(send: Send, status: int, content: dict[str, Any], retry_after: int | None) -> None:
     body = json.dumps(content).encode()
     start = {
         "type": "http.response.start",
@@ -114,5 +117,5 @@ async def _send_json(send: Send, status: int, content: dict[str, Any], retry_aft
         "headers": [(b"content-type", b"application/json"),
                     (b"content-length", str(len(body)).encode())],
     }
-    await send(_with_retry_after(start, retry_after))
+    await send(start if retry_after is None else _with_retry_after(start, retry_after))
     await send({"type": "http.response.body", "body": body, "more_body": False})

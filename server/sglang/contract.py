@@ -41,6 +41,7 @@ HOOKED_SYMBOLS: tuple[HookedSymbol, ...] = (
     HookedSymbol(f"{_SCHED}.Scheduler.get_prefill_adder_class", ("self",)),
     HookedSymbol(f"{_SCHED}.Scheduler._add_request_to_queue", ("self", "req", "is_retracted")),
     HookedSymbol(f"{_SCHED}.Scheduler.send_abort_output", ("self", "abort_req", "req")),
+    HookedSymbol(f"{_SCHED}.Scheduler.init_req_max_new_tokens", ("self", "req")),
     HookedSymbol(f"{_SCHED}.Scheduler.run_batch", ("self", "batch", "pp_proxy_tensors")),
     HookedSymbol("sglang.srt.model_executor.forward_batch_info.ForwardMode.is_extend",
                  ("self", "include_draft_extend_v2")),

@@ -45,7 +45,7 @@ def prepare(plan: LaunchPlan):
     from sglang.srt.plugins import load_plugins
 
     load_plugins()
-    _check_installed(plan)
+    _check_installed()
 
     from sglang.srt.entrypoints.http_server import app
 
@@ -55,14 +55,13 @@ def prepare(plan: LaunchPlan):
     return server_args
 
 
-def _check_installed(plan: LaunchPlan) -> None:
+def _check_installed() -> None:
     """Fail unless our plugin's hooks were applied in this process."""
     from sglang.srt.managers import scheduler
 
     from server.sglang.contract import HookContractError
-    from server.sglang.plugin import needs_scheduler_hook
 
-    if needs_scheduler_hook(plan) and scheduler.Scheduler.__name__ != "SwitchboardScheduler":
+    if scheduler.Scheduler.__name__ != "SwitchboardScheduler":
         raise HookContractError(
             "SGLang did not apply Switchboard's Scheduler hook (is the `switchboard` "
             "plugin excluded by SGLANG_PLUGINS, or the package not installed?)"

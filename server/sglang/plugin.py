@@ -53,8 +53,8 @@ def install(plan) -> None:  # plan: server.resolve.LaunchPlan
     order_spec = own_order_spec(plan)
     order = build_policy(order_spec) if order_spec is not None else None
     admission = build_policy(plan.policies["admission"]) if "admission" in plan.policies else None
-    if order is not None or admission is not None:
-        HookRegistry.register(SCHEDULER_TARGET, scheduler_class(order, admission), HookType.REPLACE)
+    # NOTE: always replaced: the KV-fit check on arrival is on whatever the policies.
+    HookRegistry.register(SCHEDULER_TARGET, scheduler_class(order, admission), HookType.REPLACE)
     if "cache" in plan.policies:
         install_eviction_policy(build_policy(plan.policies["cache"]))
     log.info("switchboard plugin: order=%s admission=%s cache=%s",
@@ -72,7 +72,3 @@ def own_order_spec(plan):  # -> PolicySpec | None
         return None
     return sched
 
-
-def needs_scheduler_hook(plan) -> bool:
-    """Whether ``plan`` replaces SGLang's Scheduler class."""
-    return own_order_spec(plan) is not None or "admission" in plan.policies

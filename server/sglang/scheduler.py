@@ -34,6 +34,27 @@ from server.sglang.views import request_view, stamp_arrival
 
 #: Set on a ``Req`` while admission defers it.
 DEFERRED_ATTR = "_switchboard_deferred"
+#: Set on a ``Req`` once its arrival checks ran (a re-queued request is not re-checked).
+CHECKED_ATTR = "_switchboard_checked"
+#: The client's ``max_tokens``, before SGLang clips it to the memory budget.
+REQUESTED_MAX_NEW_ATTR = "_switchboard_requested_max_new_tokens"
+
+
+def kv_fit_error(req: Any, capacity: int) -> Optional[str]:
+    """Why ``req`` can never fit a KV pool of ``capacity`` tokens, or ``None``.
+
+    NOTE: always on. SGLang checks prompt + max_tokens against the context
+    length only; against a smaller pool it silently clips ``max_new_tokens``
+    (``init_req_max_new_tokens``), so the client gets fewer tokens than it
+    asked for with no error. The client's own value is checked here.
+    """
+    prompt = len(req.origin_input_ids)
+    requested = getattr(req, REQUESTED_MAX_NEW_ATTR, req.sampling_params.max_new_tokens)
+    max_new = requested or 0
+    if capacity <= 0 or prompt + max_new <= capacity:
+        return None
+    return (f"Request needs {prompt + max_new} KV-cache tokens ({prompt} prompt + {max_new} max_tokens) "
+            f"but the server's KV pool holds at most {capacity}; lower max_tokens or shorten the prompt.")
 
 
 def is_deferred(req: Any) -> bool:
@@ -196,13 +217,28 @@ def scheduler_class(order: Optional[SchedulingPolicy],
             adder = super().get_prefill_adder_class()
             return _gated_adder(adder) if self._switchboard_gate is not None else adder
 
+        def init_req_max_new_tokens(self, req: Any) -> None:
+            if not hasattr(req, REQUESTED_MAX_NEW_ATTR):
+                setattr(req, REQUESTED_MAX_NEW_ATTR, req.sampling_params.max_new_tokens)
+            super().init_req_max_new_tokens(req)
+
         def _add_request_to_queue(self, req: Any, is_retracted: bool = False) -> None:
             stamp_arrival(req, self._switchboard_prefill_tokens)
-            gate = self._switchboard_gate
-            if gate is not None and not is_retracted and not hasattr(req, DEFERRED_ATTR):
-                if not gate.on_arrival(req):
+            if not is_retracted and not getattr(req, CHECKED_ATTR, False):
+                setattr(req, CHECKED_ATTR, True)
+                if not self._switchboard_admit_on_arrival(req):
                     self._release_aborted_request(req)
                     return
             super()._add_request_to_queue(req, is_retracted)
+
+        def _switchboard_admit_on_arrival(self, req: Any) -> bool:
+            """Arrival checks, before any KV allocation; ``False`` = answered already."""
+            error = kv_fit_error(req, int(self.max_total_num_tokens))
+            if error is not None:
+                reason = {"type": "abort", "status_code": HTTPStatus.BAD_REQUEST, "message": error}
+                self.send_abort_output(sglang_scheduler._make_abort_req(req, reason), req)
+                return False
+            gate = self._switchboard_gate
+            return gate is None or gate.on_arrival(req)
 
     return SwitchboardScheduler
