@@ -51,7 +51,8 @@ class RequestView:
     the simulator: the order children were attached). Two requests whose
     matches end in the same node have equal paths; a path that is a prefix
     of another names an ancestor. Empty when nothing is cached or the host
-    does not provide tree information.
+    does not provide tree information; hosts fill it only for policies whose
+    class sets ``needs_prefix_path = True`` (walking the tree costs time).
 
     NOTE: matches end on node boundaries (SGLang splits a node where a match
     ends), so the tree the paths describe is the host's tree after this

@@ -31,10 +31,13 @@ class DfsWeightPolicy:
     run back to back while their common prefix is still cached. Requests with
     equal paths keep their queue order. Needs ``RequestView.prefix_path``;
     without it every request sits at the root and the order is the queue
-    order. Inside SGLang: ``--schedule-policy dfs-weight``.
+    order. Inside SGLang: ``--schedule-policy dfs-weight`` (SGLang's own tree
+    walk, ``BasePrefixCache.dfs_weight_order``).
     """
 
     sglang_schedule_policy: ClassVar[str | None] = "dfs-weight"
+    needs_prefix_path: ClassVar[bool] = True
+    """Hosts fill ``RequestView.prefix_path`` only for policies that ask."""
 
     def order(self, queue: QueueView) -> OrderDecision:
         root = _Subtree()

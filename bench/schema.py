@@ -1,0 +1,233 @@
+"""Typed schema of the bench config (Hydra structured configs).
+
+``conf/bench.yaml`` places these nodes with ``_schema/bench_<name>@<key>``
+defaults entries before the chosen group options, so a misspelled key or a
+wrong type under ``trace.``, ``accelerator.``, ``model_profile.``, ``sim.``,
+``metrics.`` or ``output.`` fails at composition naming the field. Policy kinds
+(``+policy=``, ``+cache=``, ``+admission=``) are typed by their classes'
+signatures, exactly as for the server (``server/policy_spec.py``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+class TraceFormat(enum.Enum):
+    """Which loader reads ``trace.path``."""
+
+    mooncake = "mooncake"
+    azure = "azure"
+    claude_code = "claude_code"
+    servegen = "servegen"
+
+
+class TouchMode(enum.Enum):
+    """Whether waiting requests refresh their cached prefixes' recency."""
+
+    auto = "auto"
+    """As the server: every pass under cache-aware policies, every 32nd pass
+    (first 128 waiting) under native fcfs/lof with SGLang's own LRU."""
+    off = "off"
+    """Never (only admission and insertion refresh recency)."""
+
+
+@dataclass
+class SurgeConfig:
+    """Multiply the arrival rate of new requests/sessions during a window."""
+
+    start_s: float = MISSING
+    """Window start, in (scaled) trace seconds."""
+    end_s: float = MISSING
+    """Window end (exclusive)."""
+    factor: float = MISSING
+    """Rate multiplier k (k > 1 adds copies, k < 1 thins)."""
+
+
+@dataclass
+class ClaudeCodeConfig:
+    """Options of the kv-cache-tester Claude Code loader (``format: claude_code``)."""
+
+    session_rate: float = 0.05
+    """New sessions per second (seeded Poisson starts; turns are closed-loop)."""
+    max_sessions: Optional[int] = None
+    """Replay only the first N sessions (file-name order); null = all."""
+    include_subagents: bool = True
+    """Replay sub-agent requests (they share the session's cache namespace)."""
+
+
+@dataclass
+class ServeGenConfig:
+    """Options of the ServeGen synthesizer (``format: servegen``)."""
+
+    category: str = "language"
+    """ServeGen category folder (language, reason, multimodal)."""
+    model: str = "m-small"
+    """Model folder inside the category (needs dataset files: m-small, deepseek-r1)."""
+    clients: Optional[List[int]] = None
+    """Client (chunk) ids to include; null = every client with a dataset."""
+    start_s: float = 0.0
+    """Offset into ServeGen's time series (s; 86400 per day)."""
+    duration_s: float = 3600.0
+    """Seconds of traffic to synthesize."""
+    rate_scale: float = 1.0
+    """Multiply every client's per-window rate (all 38 m-small clients
+    together send ~300 req/s)."""
+
+
+@dataclass
+class TraceConfig:
+    """The workload to replay and its transforms."""
+
+    name: str = MISSING
+    """Name used in results."""
+    format: TraceFormat = MISSING
+    """Loader for ``path``."""
+    path: str = MISSING
+    """File or folder, absolute or relative to the data root."""
+    window_start_s: float = 0.0
+    """Keep requests/sessions starting at or after this loader time (s)."""
+    window_end_s: Optional[float] = None
+    """... and before this one; null = to the end."""
+    time_scale: float = 1.0
+    """Multiply arrival and think times (0.5 doubles the request rate)."""
+    surges: List[SurgeConfig] = field(default_factory=list)
+    """Rate surges, applied after windowing and scaling."""
+    seed: int = 0
+    """Seed of every random choice the loader and transforms make."""
+    claude_code: ClaudeCodeConfig = field(default_factory=ClaudeCodeConfig)
+    """Only for ``format: claude_code``."""
+    servegen: ServeGenConfig = field(default_factory=ServeGenConfig)
+    """Only for ``format: servegen``."""
+
+
+@dataclass
+class AcceleratorConfig:
+    """One accelerator and the serving precision its numbers refer to."""
+
+    name: str = MISSING
+    """Name used in results."""
+    peak_tflops: float = MISSING
+    """Dense peak TFLOP/s at ``dtype_bytes`` precision."""
+    memory_bandwidth_gbs: float = MISSING
+    """Peak memory bandwidth, GB/s (1e9 bytes)."""
+    memory_gib: float = MISSING
+    """Device memory, GiB."""
+    dtype_bytes: int = 2
+    """Bytes per weight and per KV element (2: bf16, 4: float32)."""
+    prefill_mfu: float = 0.5
+    """Share of peak FLOP/s a prefill batch reaches."""
+    decode_mfu: float = 0.3
+    """Share of peak FLOP/s a compute-bound decode step reaches."""
+    bandwidth_efficiency: float = 0.8
+    """Share of peak bandwidth weight/KV streaming reaches."""
+    iteration_overhead_s: float = 0.003
+    """Fixed time per forward iteration (scheduling, launch, sampling)."""
+    mem_fraction_static: float = 0.85
+    """SGLang's share of memory for weights + KV pool (the rest: activations)."""
+    chunked_prefill_size: int = 8192
+    """SGLang's default ``--chunked-prefill-size`` on this device."""
+    max_total_tokens: Optional[int] = None
+    """Fixed KV pool size when the deployment sets ``--max-total-tokens``."""
+
+
+@dataclass
+class ModelProfileConfig:
+    """Published architecture numbers of one model."""
+
+    name: str = MISSING
+    """Name used in results."""
+    hf_id: str = ""
+    """Hugging Face id the numbers come from."""
+    num_layers: int = MISSING
+    hidden_size: int = MISSING
+    num_attention_heads: int = MISSING
+    num_kv_heads: int = MISSING
+    head_dim: int = MISSING
+    intermediate_size: int = MISSING
+    vocab_size: int = MISSING
+    tie_word_embeddings: bool = False
+    context_length: int = MISSING
+    """Maximum context (``max_position_embeddings``)."""
+    num_params: float = MISSING
+    """Published parameter count (checked against the architecture, 2%)."""
+
+
+@dataclass
+class SimConfig:
+    """SGLang scheduler settings the simulator mirrors (defaults: SGLang's)."""
+
+    max_total_tokens: Optional[int] = None
+    """KV pool size in tokens; null = from accelerator memory and the model."""
+    chunked_prefill_size: Optional[int] = None
+    """Chunk budget per prefill pass; null = the accelerator's default, <= 0 = off."""
+    max_prefill_tokens: int = 16384
+    """Prefill tokens per pass (SGLang ``--max-prefill-tokens``)."""
+    max_running_requests: Optional[int] = None
+    """Request slots; null = SGLang's rule from the pool size and context length."""
+    prefill_max_requests: Optional[int] = None
+    """Most requests per prefill batch (SGLang ``--prefill-max-requests``)."""
+    ignore_eos: bool = True
+    """Requests always generate their full ``output_tokens`` (as replayed)."""
+    schedule_conservativeness: float = 1.0
+    init_new_token_ratio: float = 0.7
+    """SGLang's SGLANG_INIT_NEW_TOKEN_RATIO."""
+    min_new_token_ratio_factor: float = 0.14
+    new_token_ratio_decay_steps: int = 600
+    retract_decode_steps: int = 20
+    """SGLang's SGLANG_RETRACT_DECODE_STEPS."""
+    clip_max_new_tokens: int = 4096
+    """SGLang's SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION."""
+    in_batch_prefix_threshold: int = 32
+    """SGLang's in-batch prefix check/deprioritize threshold (tokens)."""
+    native_queue_limit: bool = True
+    """Mirror native lpm/hrrn keeping the queue order while > 128 wait."""
+    touch_waiting_prefixes: TouchMode = TouchMode.auto
+    """Whether waiting requests keep their cached prefixes recent (see TouchMode)."""
+    idle_poll_s: float = 0.05
+    """While idle with only deferred requests, re-run admission this often."""
+    drain_timeout_s: float = 600.0
+    """With only deferred requests left and no arrival to come, give up on them
+    this long after the last arrival or forward pass (they end ``unserved``)."""
+
+
+@dataclass
+class MetricsConfig:
+    """SLOs and time windows of the reported metrics."""
+
+    ttft_slo_s: float = 2.0
+    """A request meets its SLO with TTFT at most this..."""
+    tpot_slo_s: float = 0.1
+    """... and time per output token at most this."""
+    window_s: float = 60.0
+    """Width of the time windows metrics are also reported per."""
+    timeline_dt_s: float = 1.0
+    """Queue length and KV use are sampled this often."""
+
+
+@dataclass
+class OutputConfig:
+    """What a run writes into its results folder."""
+
+    plots: bool = True
+    """PNG plots (TTFT CDF, metrics over time windows)."""
+    requests_csv: bool = True
+    """Per-request records as CSV."""
+    progress: bool = True
+    """A progress bar on stderr while replaying."""
+
+
+def register_bench_schemas() -> None:
+    """Store the schema nodes in Hydra's ConfigStore (idempotent)."""
+    cs = ConfigStore.instance()
+    cs.store(group="_schema", name="bench_trace", node=TraceConfig)
+    cs.store(group="_schema", name="bench_accelerator", node=AcceleratorConfig)
+    cs.store(group="_schema", name="bench_model_profile", node=ModelProfileConfig)
+    cs.store(group="_schema", name="bench_sim", node=SimConfig)
+    cs.store(group="_schema", name="bench_metrics", node=MetricsConfig)
+    cs.store(group="_schema", name="bench_output", node=OutputConfig)

@@ -1,0 +1,139 @@
+"""Baseline scheduling policies on real traces -> ``bench/results/baselines.md``.
+
+    python -m bench.scripts.baselines                 # all rows, writes the table
+    python -m bench.scripts.baselines --out /tmp/b.md # elsewhere
+
+Every row is one ``python -m bench`` run (the command is printed in the table)
+on one H100 with Llama-3.1-8B, each trace time-scaled to a load where queues
+form. The full results folder of every run goes under
+``results/baselines/<date>/`` (git-ignored); only the table is meant to be
+committed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from bench.config import compose_bench, resolve_bench
+from bench.report import fmt
+from bench.run import run_bench
+from bench.traces.paths import REPO_ROOT
+
+#: (trace option, time scale): Mooncake at 1x overloads one H100 ~3x; Azure
+#: conversation at 1x leaves it mostly idle.
+TRACES = (("mooncake_conversation", 3.0), ("azure_conversation", 0.4))
+#: ``None`` = no ``+policy`` (SGLang's built-in order), then the pure policies.
+POLICIES = (None, "fcfs", "lpm", "hrrn", "shortest-prefill-first", "shortest_prefill", "dfs-weight")
+COMMON = ("accelerator=h100", "model_profile=llama-3.1-8b")
+
+COLUMNS = ("policy", "finished", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p50",
+           "goodput", "hit rate", "queue (mean)", "retractions")
+
+
+def overrides_for(trace: str, scale: float, policy: str | None) -> list[str]:
+    out = [f"trace={trace}", f"trace.time_scale={scale}", *COMMON]
+    return out + ([f"+policy={policy}"] if policy else [])
+
+
+def row(policy: str | None, s: dict) -> list[str]:
+    return [
+        f"`{policy}`" if policy else "built-in (fcfs)", f"{s['finished']}/{s['requests']}",
+        fmt(s["ttft_s"]["p50"], 1, "s"), fmt(s["ttft_s"]["p99"], 1, "s"),
+        fmt(s["tpot_s"]["p50"], 1e3, "ms"), fmt(s["tpot_s"]["p99"], 1e3, "ms"),
+        fmt(s["e2e_s"]["p50"], 1, "s"), fmt(s["goodput_rps"], 1, "req/s"),
+        fmt(s["prefix_hit_rate"], 100, "%"), fmt(s.get("queue_len", {}).get("mean")),
+        str(s["retractions"]),
+    ]
+
+
+def git_commit() -> str:
+    """Short commit of the checkout, marked when the bench's sources differ from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, text=True, capture_output=True,
+                              check=True).stdout.strip()
+
+    paths = ("--", "bench", "conf", "policies")
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        # NOTE: plumbing only: nothing here writes to the repository or its index.
+        dirty = git("diff-index", "--name-only", "HEAD", *paths) or \
+            git("ls-files", "--others", "--exclude-standard", *paths)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{commit} + uncommitted changes" if dirty else commit
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "baselines.md")
+    parser.add_argument("--results", type=Path, default=Path("results") / "baselines"
+                        / datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
+    args = parser.parse_args()
+
+    sections = []
+    for trace, scale in TRACES:
+        rows, meta = [], None
+        for policy in POLICIES:
+            overrides = overrides_for(trace, scale, policy)
+            settings = resolve_bench(compose_bench([*overrides, "output.progress=false"]))
+            t0 = time.perf_counter()
+            result = run_bench(settings, args.results / trace / (policy or "builtin"))
+            print(f"{trace} {policy or 'builtin'}: {time.perf_counter() - t0:.1f} s", flush=True)
+            rows.append((policy, result["summary"], overrides))
+            meta = result["meta"]
+        sections.append((trace, scale, meta, rows))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(render(sections))
+    print(f"wrote {args.out}")
+
+
+def render(sections) -> str:
+    first = sections[0][3][0][1]
+    lines = [
+        "# Baseline scheduling policies (simulated)",
+        "",
+        f"Produced by `python -m bench.scripts.baselines` at commit {git_commit()} "
+        f"({datetime.now(timezone.utc):%Y-%m-%d}). One H100 (80 GB) with Llama-3.1-8B "
+        "(`conf/accelerator/h100.yaml`, `conf/model_profile/llama-3.1-8b.yaml`: a roofline "
+        "cost model with uncalibrated efficiencies, so compare rows, not absolute numbers). "
+        "Eviction: SGLang's LRU; no admission policy. "
+        f"Goodput counts requests with TTFT <= {first['slo']['ttft_s']} s and TPOT <= "
+        f"{first['slo']['tpot_s']} s. `built-in` keeps SGLang's own queue order (what the "
+        "server runs without `+policy`); the other rows run the pure policy objects. Native "
+        "`lpm` and `hrrn` keep the queue order while more than 128 wait, as SGLang does. Not "
+        "modeled: native `shortest-prefill-first`'s cap on a running chunked prefill and its "
+        "one-chunked-request rule; native `hrrn`'s token clock, which in SGLang 0.5.23 also "
+        "advances on decode steps (the simulator counts prefill tokens only).",
+        "",
+    ]
+    for trace, scale, meta, rows in sections:
+        same = _identical_rows(rows)
+        lines += [f"## {trace} (time scale {scale})", "",
+                  f"{meta['trace_source'].split('/data/')[-1]}, arrival times x{scale}. "
+                  f"KV pool {meta['sim']['capacity']:,} tokens, chunked prefill "
+                  f"{meta['sim']['chunked_prefill_size']}, {meta['sim']['max_running_requests']} "
+                  "request slots.", "",
+                  "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+        lines += ["| " + " | ".join(row(policy, s)) + " |" for policy, s, _ in rows]
+        if same:
+            lines += ["", "Identical rows come from identical schedules: " + "; ".join(same) + "."]
+        lines += ["", "Commands (one per row, from the repository root):", "", "```"]
+        lines += [f"python -m bench {' '.join(o)}" for _, _, o in rows]
+        lines += ["```", ""]
+    return "\n".join(lines)
+
+
+def _identical_rows(rows) -> list[str]:
+    """Groups of policies whose summaries are equal (worth a word in the table)."""
+    groups: dict[str, list[str]] = {}
+    for policy, summary, _ in rows:
+        groups.setdefault(repr(summary), []).append(f"`{policy}`" if policy else "built-in")
+    return [" = ".join(g) for g in groups.values() if len(g) > 1]
+
+
+if __name__ == "__main__":
+    main()

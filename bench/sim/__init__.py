@@ -1,0 +1,98 @@
+"""The trace-replay simulator: SGLang's scheduler loop, prefix cache and KV pool
+over a roofline cost model, driven by the same pure policies as the server.
+
+========================= =====================================================
+module                    mirrors (SGLang 0.5.23)
+========================= =====================================================
+``engine.Simulator``      ``Scheduler.get_next_batch_to_run`` / event loop
+``queue.WaitingQueue``    ``SchedulePolicy.calc_priority`` (+ Switchboard seam)
+``prefill.PrefillAdder``  ``PrefillAdder`` / ``PrefillBudget``
+``running.RunningBatch``  ``ScheduleBatch`` decode + ``retract_decode`` order
+``cache.PrefixCache``     ``RadixCache`` (match, insert, lock, evict)
+``cost.CostModel``        the GPU (roofline per forward pass)
+========================= =====================================================
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Optional
+
+import numpy as np
+
+from bench.metrics import RequestRecord, Timeline
+from bench.sim.cache import PrefixCache
+from bench.sim.cost import CostModel
+from bench.sim.engine import SimulationError, Simulator
+from bench.sim.queue import WaitingQueue
+from bench.sim.request import Phase, SimRequest
+from bench.sim.settings import SimSettings
+from bench.traces.trace import Trace
+from policies.admission import AdmissionPolicy
+from policies.cache import EvictionPolicy
+from policies.cache.lru import LruPolicy
+from policies.scheduling import SchedulingPolicy
+
+__all__ = ["CostModel", "SimSettings", "Simulator", "SimulationError", "TimelineSampler",
+           "build_simulator", "records_of"]
+
+
+def build_simulator(trace: Trace, cost: CostModel, settings: SimSettings, *,
+                    order: Optional[SchedulingPolicy] = None,
+                    eviction: Optional[EvictionPolicy] = None,
+                    admission: Optional[AdmissionPolicy] = None) -> Simulator:
+    """A simulator for ``trace``; a kind left ``None`` behaves as stock SGLang
+    (queue kept in arrival order, LRU eviction, every request admitted)."""
+    cache = PrefixCache(max(trace.block_size, 1), eviction if eviction is not None else LruPolicy())
+    queue = WaitingQueue(cache, order, in_batch_threshold=settings.in_batch_threshold,
+                         native_queue_limit=settings.native_queue_limit,
+                         touch=settings.touch_waiting, builtin_lru=eviction is None)
+    cache.touch_waiting = queue.touch_every_pass
+    return Simulator(trace, cost, settings, queue=queue, cache=cache, admission=admission)
+
+
+class TimelineSampler:
+    """Samples queue length and KV use at most every ``dt`` simulated seconds."""
+
+    def __init__(self, dt: float) -> None:
+        self.dt = dt
+        self._next = 0.0
+        self._rows = array("d")
+
+    def __call__(self, sim: Simulator) -> None:
+        if sim.now < self._next:
+            return
+        self._next = sim.now + self.dt
+        used = sim.cache.tree_tokens + sim.private_tokens
+        self._rows.extend((sim.now, len(sim.queue), len(sim.running), used, sim.cache.tree_tokens))
+
+    def timeline(self, capacity: int) -> Timeline:
+        rows = np.frombuffer(self._rows, dtype=np.float64).reshape(-1, 5)
+        return Timeline(t=rows[:, 0].copy(), waiting=rows[:, 1].astype(int),
+                        running=rows[:, 2].astype(int), kv_used=rows[:, 3].astype(np.int64),
+                        kv_cached=rows[:, 4].astype(np.int64), capacity=capacity)
+
+
+def _token_times(r: SimRequest, step_end_times: np.ndarray) -> np.ndarray:
+    parts = []
+    for t, start, end in r.segments:
+        parts.append(np.array([t]))
+        parts.append(step_end_times[start:end])
+    return np.concatenate(parts) if parts else np.empty(0)
+
+
+def records_of(sim: Simulator, with_token_times: bool = True) -> list[RequestRecord]:
+    """One ``RequestRecord`` per request the simulator saw, in arrival order."""
+    steps = np.frombuffer(sim.running.step_end_times, dtype=np.float64)
+    out = []
+    for r in sorted(sim.requests.values(), key=lambda r: (r.arrival_s, r.seq)):
+        status = r.phase.value if r.phase in (Phase.FINISHED, Phase.REJECTED, Phase.ABORTED,
+                                              Phase.UNSERVED) else "unserved"
+        out.append(RequestRecord(
+            rid=r.rid, arrival_s=r.arrival_s, status=status, input_tokens=r.input_len,
+            output_tokens=r.num_output, cached_tokens=r.cached_first,
+            prefill_tokens=r.prefill_tokens, first_token_s=r.first_token_s, finish_s=r.finish_s,
+            token_times=_token_times(r, steps) if with_token_times and r.segments else None,
+            retractions=r.retractions, session_id=r.trace.session_id, reason=r.reject_reason,
+        ))
+    return out

@@ -1,0 +1,65 @@
+"""The admission seam, as the server's ``AdmissionGate`` applies it.
+
+Every new request (never a retracted one) is offered to ``decide`` once on
+arrival, before it enters the waiting queue: ADMIT queues it, REJECT turns it
+away, DEFER queues it flagged. Deferred requests are offered again at every
+scheduling pass (oldest first), sort last and stop the prefill walk.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Protocol
+
+from bench.sim.request import SimRequest
+from policies.admission import AdmissionAction, AdmissionPolicy, AdmissionView
+
+
+class _Host(Protocol):
+    """What the gate reads of the simulator."""
+
+    now: float
+    queue: object
+    running: object
+
+    @property
+    def free_tokens(self) -> int: ...
+
+
+class AdmissionGate:
+    """Applies an ``AdmissionPolicy`` to one simulator's requests."""
+
+    def __init__(self, policy: AdmissionPolicy, capacity: int) -> None:
+        self.policy = policy
+        self.capacity = capacity
+        self.num_deferred = 0
+
+    def view(self, host: _Host, r: SimRequest, in_queue: bool) -> AdmissionView:
+        deferred = self.num_deferred - (1 if r.deferred else 0)
+        return AdmissionView(
+            request=r.make_view(), now=host.now,
+            num_waiting=len(host.queue) - (1 if in_queue else 0) - deferred,  # type: ignore[arg-type]
+            num_running=len(host.running),  # type: ignore[arg-type]
+            num_deferred=deferred, kv_capacity_tokens=self.capacity, kv_free_tokens=host.free_tokens)
+
+    def on_arrival(self, host: _Host, r: SimRequest) -> Optional[str]:
+        """Decide on a new request; the rejection reason, or None if it may queue."""
+        decision = self.policy.decide(self.view(host, r, in_queue=False))
+        if decision.action is AdmissionAction.REJECT:
+            return decision.reason or "rejected by admission"
+        if decision.action is AdmissionAction.DEFER:
+            r.deferred = True
+            self.num_deferred += 1
+        return None
+
+    def revisit(self, host: _Host, waiting: list[SimRequest]) -> list[tuple[SimRequest, str]]:
+        """Offer each deferred request again; return the ones now rejected."""
+        rejected = []
+        for r in [r for r in waiting if r.deferred]:
+            decision = self.policy.decide(self.view(host, r, in_queue=True))
+            if decision.action is AdmissionAction.DEFER:
+                continue
+            r.deferred = False
+            self.num_deferred -= 1
+            if decision.action is AdmissionAction.REJECT:
+                rejected.append((r, decision.reason or "rejected by admission"))
+        return rejected

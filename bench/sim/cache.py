@@ -1,0 +1,356 @@
+"""The simulated prefix cache: SGLang's radix tree over prefix blocks.
+
+A node holds a run of block ids (SGLang: a run of tokens) that share one path;
+a request's cached prefix is the path from the root to the node its match ends
+in. As in SGLang's ``RadixCache``:
+
+* matching splits a node where a match ends, so matches end on node
+  boundaries; inserting extends a path with one new leaf node;
+* a request locks the path of its prefix while it runs (``lock_ref``); only
+  unlocked *leaves* are evicted, whole, smallest eviction rank first, and a
+  parent whose last child went becomes a candidate in turn;
+* ``last_access`` is refreshed along a matched or inserted path; ``hit_count``
+  counts the requests that inserted through a node (its creator included).
+
+Block ids are prefix-chained (``bench.traces.trace``), so a block id names its
+whole prefix: ``_node_of`` maps every cached block to its node, a match is a
+binary search over the request's blocks, and the cached set is prefix-closed.
+
+Token accounting (``NOTE``: the invariants ``check()`` asserts)::
+
+    tree_tokens      = sum(node.num_tokens for every cached node)
+    evictable_tokens = sum(node.num_tokens for nodes with lock_ref == 0)
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from array import array
+from typing import Callable, Iterator, Optional
+
+from policies.cache import BlockView, EvictionPolicy
+
+
+class Node:
+    """One radix-tree node (see module docs)."""
+
+    __slots__ = ("id", "parent", "children", "blocks", "start", "num_tokens", "lock_ref",
+                 "waiting_ref", "last_access", "created", "hit_count", "priority",
+                 "sibling_key", "version", "attached")
+
+    def __init__(self, node_id: int, parent: Optional["Node"], blocks: array, start: int,
+                 num_tokens: int, now: float, sibling_key: int) -> None:
+        self.id = node_id
+        self.parent = parent
+        self.children: dict[int, Node] = {}
+        self.blocks = blocks
+        self.start = start
+        """Index of the node's first block in every sequence through it."""
+        self.num_tokens = num_tokens
+        self.lock_ref = 0
+        self.waiting_ref = 0
+        """Waiting requests whose matched prefix runs through this node."""
+        self.last_access = now
+        self.created = now
+        self.hit_count = 0
+        self.priority = 0
+        self.sibling_key = sibling_key
+        """Orders siblings as SGLang's insertion-ordered ``children`` dict."""
+        self.version = 0
+        self.attached = True
+
+    @property
+    def end(self) -> int:
+        """Index one past the node's last block."""
+        return self.start + len(self.blocks)
+
+
+class PrefixCache:
+    """Radix tree of prefix blocks with locks and policy-ranked eviction."""
+
+    def __init__(self, block_size: int, policy: EvictionPolicy, touch_waiting: bool = False) -> None:
+        self.block_size = block_size
+        self.policy = policy
+        self.touch_waiting = touch_waiting
+        """Waiting requests' prefixes count as accessed at every pass."""
+        self._ids = itertools.count()
+        self._keys = itertools.count()
+        self.root = Node(next(self._ids), None, array("q"), 0, 0, 0.0, next(self._keys))
+        self.root.lock_ref = 1  # NOTE: the root is never evicted
+        self._node_of: dict[int, Node] = {}
+        self.tree_tokens = 0
+        self.evictable_tokens = 0
+        self.touch_time = 0.0
+        """Time of the latest pass that touched waiting prefixes."""
+        self._heap: list[tuple[tuple, int, int, Node]] = []
+        self._touched_leaves: set[Node] = set()
+        self.num_nodes = 0
+        self.on_evict: Optional[Callable[[Node], None]] = None
+        """Called with each evicted node (the host re-matches its waiters)."""
+        self.on_insert: Optional[Callable[[int], None]] = None
+        """Called with the first block of each new leaf."""
+        self.num_evicted_tokens = 0
+
+    # ----------------------------------------------------------------- match
+    def match(self, blocks: Optional[array], now: float, touch: bool = True,
+              split: bool = True) -> tuple[int, Node]:
+        """``(matched blocks, node the match ends in)``. With ``split`` (what
+        SGLang's ``match_prefix`` does) the node is split so the match ends on
+        its boundary; without, the node returned may extend past the match.
+        With ``touch`` the matched path (and a split-off remainder, as SGLang
+        touches the partly matched child) is marked accessed at ``now``."""
+        if not blocks:
+            return 0, self.root
+        node_of = self._node_of
+        lo, hi = 0, len(blocks)
+        if blocks[0] not in node_of:
+            return 0, self.root
+        # NOTE: prefix-closed cache + chained ids: membership is monotone.
+        if blocks[hi - 1] in node_of:
+            lo = hi
+        else:
+            lo = 1
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if blocks[mid] in node_of:
+                    lo = mid + 1
+                else:
+                    hi = mid
+        node = node_of[blocks[lo - 1]]
+        if split and lo < node.end:
+            rest = node
+            node = self._split(node, lo - node.start)
+            if touch:
+                self._set_access(rest, now)
+        if touch:
+            self._touch_path(node, now)
+        return lo, node
+
+    def tokens_of(self, num_blocks: int, input_tokens: int) -> int:
+        """Tokens the first ``num_blocks`` blocks of a prompt cover."""
+        return min(num_blocks * self.block_size, input_tokens)
+
+    def path(self, node: Node) -> Iterator[Node]:
+        """Nodes from ``node`` up to the root (excluded)."""
+        while node.parent is not None:
+            yield node
+            node = node.parent
+
+    def prefix_path(self, node: Node) -> tuple[int, ...]:
+        """``RequestView.prefix_path`` of a match ending in ``node``."""
+        keys = [n.sibling_key for n in self.path(node)]
+        keys.reverse()
+        return tuple(keys)
+
+    def unlocked_tokens_on_path(self, node: Node) -> int:
+        """Tokens a lock on ``node`` would take out of the evictable pool."""
+        return sum(n.num_tokens for n in self.path(node) if n.lock_ref == 0)
+
+    # ---------------------------------------------------------------- insert
+    def insert(self, blocks: array, input_tokens: int, now: float, inserted_blocks: int = 0,
+               priority: int = 0) -> tuple[Node, int]:
+        """Cache ``blocks`` (a prompt's leading blocks); return the node the path
+        ends in and the tokens newly added to the tree. ``inserted_blocks``: how
+        many of them this request inserted before (not counted as hits again)."""
+        matched, node = self.match(blocks, now, touch=True)
+        for n in self.path(node):
+            if n.end > inserted_blocks:
+                n.hit_count += 1
+            n.priority = max(n.priority, priority)
+            n.last_access = now
+            self._offer(n)  # NOTE: its rank may have changed: re-rank it
+        if matched == len(blocks):
+            return node, 0
+        tail = blocks[matched:]
+        tokens = self.tokens_of(len(blocks), input_tokens) - self.tokens_of(matched, input_tokens)
+        leaf = Node(next(self._ids), node, tail, matched, tokens, now, next(self._keys))
+        leaf.hit_count = 1
+        leaf.priority = priority
+        was_leaf = not node.children
+        node.children[tail[0]] = leaf
+        self.num_nodes += 1
+        for b in tail:
+            self._node_of[b] = leaf
+        self.tree_tokens += tokens
+        self.evictable_tokens += tokens
+        if was_leaf:
+            node.version += 1  # NOTE: no longer a leaf: its heap entries are stale
+        self._offer(leaf)
+        if self.on_insert is not None:
+            self.on_insert(tail[0])
+        return leaf, tokens
+
+    def _split(self, node: Node, k: int) -> Node:
+        """Split ``node`` after its first ``k`` blocks; return the new prefix node."""
+        parent = node.parent
+        assert parent is not None and 0 < k < len(node.blocks)
+        head_tokens = min(k * self.block_size, node.num_tokens)
+        head = Node(next(self._ids), parent, node.blocks[:k], node.start, head_tokens,
+                    node.last_access, node.sibling_key)
+        head.created, head.hit_count, head.priority = node.created, node.hit_count, node.priority
+        head.lock_ref, head.waiting_ref = node.lock_ref, node.waiting_ref
+        # NOTE: same dict key, so the head keeps the child's place among siblings.
+        parent.children[node.blocks[0]] = head
+        node.blocks = node.blocks[k:]
+        node.start += k
+        node.num_tokens -= head_tokens
+        node.parent = head
+        node.sibling_key = next(self._keys)
+        head.children[node.blocks[0]] = node
+        self.num_nodes += 1
+        for b in head.blocks:
+            self._node_of[b] = head
+        self._offer(node)
+        return head
+
+    # ------------------------------------------------------------------ locks
+    def lock(self, node: Node) -> None:
+        """Protect the path to ``node`` from eviction (a running request)."""
+        for n in self.path(node):
+            if n.lock_ref == 0:
+                self.evictable_tokens -= n.num_tokens
+            n.lock_ref += 1
+
+    def unlock(self, node: Node) -> None:
+        """Release one ``lock`` of the path to ``node``."""
+        for n in self.path(node):
+            n.lock_ref -= 1
+            assert n.lock_ref >= 0, "unlock without lock"
+            if n.lock_ref == 0:
+                self.evictable_tokens += n.num_tokens
+                self._offer(n)
+
+    def add_waiter(self, node: Node) -> None:
+        """A waiting request's match now runs through ``node``'s path."""
+        if not self.touch_waiting:
+            return
+        for n in self.path(node):
+            n.waiting_ref += 1
+            if n.waiting_ref == 1 and self._is_evictable_leaf(n):
+                self._touched_leaves.add(n)
+
+    def remove_waiter(self, node: Node) -> None:
+        """Undo ``add_waiter``; the path keeps the recency it was touched with."""
+        if not self.touch_waiting:
+            return
+        for n in self.path(node):
+            n.waiting_ref -= 1
+            if n.waiting_ref == 0:
+                self._touched_leaves.discard(n)
+                n.last_access = max(n.last_access, self.touch_time)
+                self._offer(n)
+
+    def touch_waiting_prefixes(self, now: float) -> None:
+        """A scheduling pass touched every waiting request's matched prefix."""
+        self.touch_time = now
+
+    # --------------------------------------------------------------- eviction
+    def evict(self, num_tokens: int) -> int:
+        """Free at least ``num_tokens`` cached tokens if that many are
+        evictable (whole leaves, smallest rank first); return the tokens freed."""
+        for n in list(self._touched_leaves):
+            if self._is_evictable_leaf(n):
+                n.version += 1
+                self._push(n)
+            else:
+                self._touched_leaves.discard(n)
+        freed = 0
+        heap = self._heap
+        while freed < num_tokens and heap:
+            _, _, version, node = heapq.heappop(heap)
+            if version != node.version or not self._is_evictable_leaf(node):
+                continue
+            freed += self._remove_leaf(node)
+        self.num_evicted_tokens += freed
+        if len(heap) > 4 * self.num_nodes + 1024:
+            self._rebuild_heap()
+        return freed
+
+    def _remove_leaf(self, node: Node) -> int:
+        parent = node.parent
+        assert parent is not None
+        del parent.children[node.blocks[0]]
+        for b in node.blocks:
+            del self._node_of[b]
+        node.attached = False
+        self.num_nodes -= 1
+        self._touched_leaves.discard(node)
+        self.tree_tokens -= node.num_tokens
+        self.evictable_tokens -= node.num_tokens
+        if self.on_evict is not None:
+            self.on_evict(node)
+        if not parent.children:
+            self._offer(parent)
+        return node.num_tokens
+
+    def _is_evictable_leaf(self, n: Node) -> bool:
+        return n.attached and n.parent is not None and not n.children and n.lock_ref == 0
+
+    def _offer(self, n: Node) -> None:
+        """Queue ``n`` for eviction if it is an unlocked leaf now.
+
+        NOTE: a leaf waiting requests touch is also remembered: its rank moves
+        with every pass, so ``evict`` re-ranks it before each eviction."""
+        if not self._is_evictable_leaf(n):
+            return
+        n.version += 1
+        self._push(n)
+        if n.waiting_ref > 0:
+            self._touched_leaves.add(n)
+
+    def _push(self, n: Node) -> None:
+        heapq.heappush(self._heap, (self.policy.rank(self.view(n)), n.id, n.version, n))
+
+    def _rebuild_heap(self) -> None:
+        live = {n for *_, n in self._heap if self._is_evictable_leaf(n) and n.waiting_ref == 0}
+        self._heap = []
+        for n in live:
+            n.version += 1
+            self._heap.append((self.policy.rank(self.view(n)), n.id, n.version, n))
+        heapq.heapify(self._heap)
+
+    def _set_access(self, n: Node, now: float) -> None:
+        if n.last_access != now:
+            n.last_access = now
+            self._offer(n)
+
+    def _touch_path(self, node: Node, now: float) -> None:
+        for n in self.path(node):
+            self._set_access(n, now)
+
+    def view(self, n: Node) -> BlockView:
+        """The ``BlockView`` the eviction policy ranks ``n`` by."""
+        last = n.last_access
+        if n.waiting_ref > 0:
+            last = max(last, self.touch_time)
+        return BlockView(block_id=n.id, num_tokens=n.num_tokens, prefix_len=n.start * self.block_size,
+                         last_access=last, created=n.created, hit_count=n.hit_count,
+                         priority=n.priority, num_children=len(n.children))
+
+    # ------------------------------------------------------------- integrity
+    def nodes(self) -> Iterator[Node]:
+        """Every cached node (root excluded)."""
+        stack = list(self.root.children.values())
+        while stack:
+            n = stack.pop()
+            yield n
+            stack.extend(n.children.values())
+
+    def check(self) -> None:
+        """Assert the token and lock invariants (tests call this after steps)."""
+        tree = evictable = count = blocks = 0
+        for n in self.nodes():
+            assert n.attached and n.parent is not None and n.lock_ref >= 0
+            assert n.parent.children[n.blocks[0]] is n
+            assert all(self._node_of[b] is n for b in n.blocks)
+            assert n.start == n.parent.end, "node does not continue its parent"
+            count += 1
+            blocks += len(n.blocks)
+            tree += n.num_tokens
+            evictable += n.num_tokens if n.lock_ref == 0 else 0
+            # NOTE: a lock covers the whole path, so a parent is locked at least as often.
+            assert n.parent is self.root or n.parent.lock_ref >= n.lock_ref, "lock not on a path"
+        assert count == self.num_nodes and blocks == len(self._node_of)
+        assert tree == self.tree_tokens, (tree, self.tree_tokens)
+        assert evictable == self.evictable_tokens, (evictable, self.evictable_tokens)

@@ -1,0 +1,112 @@
+"""Iteration time from an accelerator spec and a model's architecture.
+
+A roofline per forward iteration, plus a fixed overhead::
+
+    time = overhead + max(FLOPs / (peak * mfu), bytes / (bandwidth * efficiency))
+
+FLOPs (a multiply-add is 2 FLOPs; ``P`` = parameters of the linear layers in
+the transformer blocks, ``L`` layers, ``H`` query heads of size ``d``)::
+
+    prefill  2*P*sum(extend) + 2*hidden*vocab*requests
+             + 4*L*H*d * sum(extend*prefix + extend*(extend+1)/2)   causal attention,
+                                                                     cached context included
+    decode   2*P*batch + 2*hidden*vocab*batch + 4*L*H*d * sum(context)
+
+Bytes: the weights once per iteration (``P`` + the vocab projection, at
+``dtype_bytes``), plus the KV cache read (prefill: the cached prefixes; decode:
+every running request's context) and written (the new tokens). KV bytes per
+token: ``2 * L * kv_heads * d * dtype_bytes``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.schema import AcceleratorConfig, ModelProfileConfig
+
+GIB = 1024 ** 3
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Derived sizes of a model profile."""
+
+    linear_params: float
+    """Parameters of all transformer-block matmuls (attention + MLP)."""
+    embed_params: float
+    """Vocabulary projection (input embedding, and the LM head if untied)."""
+    head_params: float
+    """The LM head's parameters (read once per iteration)."""
+    attn_width: int
+    """Query heads times head size, summed over layers (``L*H*d``)."""
+    kv_elems_per_token: int
+    """K and V elements per token over all layers (``2*L*kv_heads*d``)."""
+
+    @classmethod
+    def of(cls, m: ModelProfileConfig) -> "ModelShape":
+        q = m.num_attention_heads * m.head_dim
+        kv = m.num_kv_heads * m.head_dim
+        attn = m.hidden_size * (q + 2 * kv) + q * m.hidden_size
+        mlp = 3 * m.hidden_size * m.intermediate_size
+        head = m.vocab_size * m.hidden_size
+        embed = head if m.tie_word_embeddings else 2 * head
+        return cls(linear_params=float(m.num_layers * (attn + mlp)), embed_params=float(embed),
+                   head_params=float(head), attn_width=m.num_layers * q,
+                   kv_elems_per_token=2 * m.num_layers * kv)
+
+    @property
+    def total_params(self) -> float:
+        """Parameters the architecture implies (norms and biases ignored)."""
+        return self.linear_params + self.embed_params
+
+
+class CostModel:
+    """Seconds per prefill or decode iteration (see module docs)."""
+
+    def __init__(self, accel: AcceleratorConfig, model: ModelProfileConfig) -> None:
+        self.accel = accel
+        self.model = model
+        self.shape = ModelShape.of(model)
+        published = float(model.num_params)
+        if abs(self.shape.total_params - published) > 0.02 * published:
+            raise ValueError(
+                f"model_profile {model.name}: architecture gives {self.shape.total_params:.4g} "
+                f"parameters, published num_params is {published:.4g} (check the numbers)")
+        b = accel.dtype_bytes
+        self.weight_bytes = (self.shape.linear_params + self.shape.head_params) * b
+        self.kv_bytes_per_token = self.shape.kv_elems_per_token * b
+        self.prefill_flops_per_s = accel.peak_tflops * 1e12 * accel.prefill_mfu
+        self.decode_flops_per_s = accel.peak_tflops * 1e12 * accel.decode_mfu
+        self.bytes_per_s = accel.memory_bandwidth_gbs * 1e9 * accel.bandwidth_efficiency
+        self.overhead = accel.iteration_overhead_s
+
+    def kv_capacity_tokens(self) -> int:
+        """KV pool size SGLang would allocate: ``memory * mem_fraction_static -
+        weights``, in tokens (or the accelerator's fixed ``max_total_tokens``)."""
+        if self.accel.max_total_tokens is not None:
+            return int(self.accel.max_total_tokens)
+        static = self.accel.memory_gib * GIB * self.accel.mem_fraction_static
+        all_weights = (self.shape.total_params) * self.accel.dtype_bytes
+        tokens = int((static - all_weights) // self.kv_bytes_per_token)
+        if tokens <= 0:
+            raise ValueError(f"{self.model.name} does not fit on {self.accel.name}: "
+                             f"no memory left for the KV cache")
+        return tokens
+
+    def prefill_time(self, extends: list[tuple[int, int]]) -> float:
+        """One prefill iteration over ``(extend, prefix)`` pairs."""
+        s = self.shape
+        new = sum(e for e, _ in extends)
+        pairs = sum(e * p + e * (e + 1) / 2 for e, p in extends)
+        flops = 2 * s.linear_params * new + 2 * s.head_params * len(extends) \
+            + 4 * s.attn_width * pairs
+        kv_read = sum(p for _, p in extends)
+        nbytes = self.weight_bytes + (kv_read + new) * self.kv_bytes_per_token
+        return self.overhead + max(flops / self.prefill_flops_per_s, nbytes / self.bytes_per_s)
+
+    def decode_time(self, batch: int, context_tokens: int) -> float:
+        """One decode iteration: ``batch`` requests over ``context_tokens`` in total."""
+        s = self.shape
+        flops = 2 * (s.linear_params + s.head_params) * batch + 4 * s.attn_width * context_tokens
+        nbytes = self.weight_bytes + (context_tokens + batch) * self.kv_bytes_per_token
+        return self.overhead + max(flops / self.decode_flops_per_s, nbytes / self.bytes_per_s)

@@ -1,0 +1,361 @@
+"""The trace-replay simulator: SGLang's scheduler loop over a cost model.
+
+One loop iteration is one SGLang forward pass (``get_next_batch_to_run``)::
+
+    1. arrivals up to now enter (admission policy: admit / defer / reject)
+    2. prefill pass, unless the batch is full or nothing waits:
+       revisit deferred requests, order the queue (policy), continue the chunked
+       request, then admit waiting requests in order until one does not fit
+    3. a prefill batch if one formed (prefill first, as SGLang), else a decode
+       step over the running batch (retracting requests if KV is short), else
+       idle until the next arrival
+
+Time advances by the cost model's iteration time. A prefill batch's requests
+get their (next) token at its end; a closed-loop follower is released its
+think time after its predecessor finished (or was turned away). SGLang's
+overlap scheduler (CPU scheduling hidden behind the GPU) is folded into the
+cost model's per-iteration overhead; its one-step lag in processing results is
+not modeled, nor are mixed prefill+decode batches (off by default).
+
+``NOTE`` (checked by ``check``): ``cache.tree_tokens + private_tokens <=
+capacity`` at all times, and ``private_tokens`` is the sum over requests.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Callable, Optional
+
+from bench.sim.admission import AdmissionGate
+from bench.sim.arrivals import Arrivals
+from bench.sim.cache import PrefixCache
+from bench.sim.cost import CostModel
+from bench.sim.prefill import AddResult, PrefillAdder
+from bench.sim.queue import WaitingQueue
+from bench.sim.request import FINAL, Phase, SimRequest
+from bench.sim.running import RunningBatch
+from bench.sim.settings import SimSettings
+from bench.traces.trace import Trace
+from policies.admission import AdmissionPolicy
+
+
+class SimulationError(RuntimeError):
+    """The simulation reached a state SGLang could not be in."""
+
+
+class Simulator:
+    """Replays one trace against one set of policies (see module docs)."""
+
+    def __init__(self, trace: Trace, cost: CostModel, settings: SimSettings, *,
+                 queue: WaitingQueue, cache: PrefixCache,
+                 admission: Optional[AdmissionPolicy] = None,
+                 on_sample: Optional[Callable[["Simulator"], None]] = None,
+                 on_final: Optional[Callable[[SimRequest], None]] = None) -> None:
+        self.trace, self.cost, self.s = trace, cost, settings
+        self.cache, self.queue = cache, queue
+        self.gate = AdmissionGate(admission, settings.capacity) if admission is not None else None
+        self.running = RunningBatch()
+        self.chunked: Optional[SimRequest] = None
+        self.requests: dict[str, SimRequest] = {}
+        self.now = 0.0
+        self.private_tokens = 0
+        self.processed_tokens = 0
+        self.batch_is_full = False
+        self.num_retractions = 0
+        self.new_token_ratio = settings.init_new_token_ratio
+        self.num_iterations = 0
+        self.arrivals = Arrivals(trace)
+        self._seq = itertools.count()
+        self._last_activity = 0.0
+        self.on_sample = on_sample
+        self.on_final = on_final
+
+    # ------------------------------------------------------------- accounting
+    @property
+    def free_tokens(self) -> int:
+        """Pool slots neither cached nor held by a request."""
+        return self.s.capacity - self.cache.tree_tokens - self.private_tokens
+
+    def _ensure_free(self, n: int) -> bool:
+        """Evict until ``n`` slots are free; whether that worked."""
+        short = n - self.free_tokens
+        if short > 0:
+            self.cache.evict(short)
+        return self.free_tokens >= n
+
+    def _alloc(self, r: SimRequest, n: int) -> None:
+        if not self._ensure_free(n):
+            raise SimulationError(f"out of KV memory allocating {n} tokens for {r.rid}")
+        r.private_tokens += n
+        self.private_tokens += n
+
+    def _free_private(self, r: SimRequest) -> None:
+        self.private_tokens -= r.private_tokens
+        r.private_tokens = 0
+
+    def check(self) -> None:
+        """Assert the pool and lock invariants (tests call this)."""
+        self.cache.check()
+        assert self.cache.tree_tokens + self.private_tokens <= self.s.capacity
+        held = sum(r.private_tokens for r in self.requests.values() if r.phase not in FINAL)
+        synced = sum(self.running.step - r.decode_from for r in self.running)
+        assert held + synced == self.private_tokens, (held, synced, self.private_tokens)
+        for r in self.running:
+            assert r.lock_node is not None and r.phase is Phase.RUNNING
+
+    # ---------------------------------------------------------------- arrivals
+    def _arrive(self, r: SimRequest) -> None:
+        """A new request: clip its output to what can ever fit (SGLang's
+        ``init_req_max_new_tokens``), then admission, then the queue."""
+        self.requests[r.rid] = r
+        # NOTE: one token more headroom than SGLang's clip: a fully cached prompt
+        # pins its whole prefix while it is checked, which must still fit.
+        max_new = min(r.output_len, self.s.context_length - r.input_len - 1,
+                      self.s.capacity - r.input_len - 3)
+        if max_new < 1:
+            self._final(r, Phase.ABORTED, "prompt exceeds the context length or the KV pool")
+            return
+        r.output_len = max_new
+        r.seq = next(self._seq)
+        self._stamp_queue_entry(r)
+        if self.gate is not None:
+            rejected = self.gate.on_arrival(self, r)
+            if rejected is not None:
+                self._final(r, Phase.REJECTED, rejected)
+                return
+        self.queue.append(r)
+
+    def _stamp_queue_entry(self, r: SimRequest) -> None:
+        r.phase = Phase.WAITING
+        r.queue_time = self.now
+        r.arrival_processed_tokens = self.processed_tokens
+        r.view = None  # NOTE: the queue rebuilds it (append marks it stale)
+
+    def _enqueue(self, r: SimRequest) -> None:
+        self._stamp_queue_entry(r)
+        self.queue.append(r)
+
+    @property
+    def num_deferred(self) -> int:
+        """Waiting requests admission deferred."""
+        return self.gate.num_deferred if self.gate is not None else 0
+
+    def _revisit_deferred(self) -> None:
+        assert self.gate is not None
+        rejected = self.gate.revisit(self, self.queue.items)
+        if rejected:
+            self.queue.remove([r for r, _ in rejected])
+            for r, why in rejected:
+                self._final(r, Phase.REJECTED, why)
+
+    def _final(self, r: SimRequest, phase: Phase, reason: str = "") -> None:
+        r.phase = phase
+        r.reject_reason = reason
+        if r.finish_s is None:
+            r.finish_s = self.now
+        self.arrivals.release_followers(r.rid, self.now)
+        if self.on_final is not None:
+            self.on_final(r)
+
+    # ----------------------------------------------------------------- prefill
+    def _prefill_pass(self) -> Optional[PrefillAdder]:
+        if not self.running:
+            self.batch_is_full = False
+        if (self.batch_is_full or not self.queue) and self.chunked is None:
+            return None
+        slots = self.s.max_running_requests - len(self.running) - (1 if self.chunked else 0)
+        if slots <= 0 and self.chunked is None:
+            self.batch_is_full = True
+            return None
+        if self.num_deferred:
+            self._revisit_deferred()
+        self.queue.sort(self.now, self.processed_tokens, len(self.running),
+                        has_deferred=self.num_deferred > 0)
+        adder = PrefillAdder(
+            self.cache, self.free_tokens, self._running_offset(), rem_input=self.s.max_prefill_tokens,
+            rem_chunk=self.s.chunked_prefill_size, page_size=1,
+            clip=self.s.clip_max_new_tokens, max_requests=self.s.prefill_max_requests)
+        still_chunked = adder.add_chunked(self.chunked) if self.chunked is not None else False
+        admitted: list[SimRequest] = []
+        for r in self.queue.items:
+            if adder.budget_state() is AddResult.OTHER or r.deferred:
+                break
+            if len(admitted) >= slots:
+                self.batch_is_full = True
+                break
+            self.queue.rematch(r, self.now, touch=True, split=True)  # init_next_round_input
+            result = adder.add(r)
+            if adder.batch and adder.batch[-1][0] is r:
+                admitted.append(r)
+            if result is not AddResult.CONTINUE:
+                if result is AddResult.NO_TOKEN:
+                    self.batch_is_full = bool(adder.batch) or bool(self.running)
+                break
+        if not adder.batch:
+            return None
+        self._start_prefill(adder, admitted, still_chunked)
+        return adder
+
+    def _running_offset(self) -> float:
+        total = 0.0
+        for r in self.running:
+            self.running.sync(r)
+            ratio = 1.0 if self.s.ignore_eos else self.new_token_ratio
+            total += min(r.output_len - r.num_output, self.s.clip_max_new_tokens) * ratio
+        return total
+
+    def _start_prefill(self, adder: PrefillAdder, admitted: list[SimRequest], still_chunked: bool) -> None:
+        self.queue.remove(admitted)
+        for r in admitted:
+            r.phase = Phase.PREFILLING
+            r.lock_node = r.match_node
+            r.inserted_blocks = r.match_blocks
+            r.computed = r.cached_tokens()
+            if r.cached_first is None:
+                r.cached_first = r.computed
+        if not still_chunked:
+            self.chunked = None
+        if adder.new_chunked is not None:
+            self.chunked = adder.new_chunked
+        for r, extend in adder.batch:
+            self._alloc(r, extend)
+            self.processed_tokens += extend
+
+    def _run_prefill(self, adder: PrefillAdder) -> None:
+        self.now += self.cost.prefill_time([(e, r.computed) for r, e in adder.batch])
+        for r, extend in adder.batch:
+            r.computed += extend
+            r.prefill_tokens += extend
+            self._cache_progress(r)
+            if r.computed < r.fill_len:
+                continue  # NOTE: only the chunked request stops short
+            r.num_output += 1
+            if r.first_token_s is None:
+                r.first_token_s = self.now
+            r.segments.append((self.now, self.running.step, self.running.step))
+            if r.num_output >= r.output_len:
+                self._finish(r)
+            else:
+                self.running.join(r)
+
+    def _cache_progress(self, r: SimRequest) -> None:
+        """Insert the prompt blocks ``r`` has fully computed (SGLang
+        ``cache_unfinished_req``); their tokens leave its private KV."""
+        if r.blocks is None:
+            return
+        bs = self.cache.block_size
+        n = len(r.blocks) if r.computed >= r.input_len else min(len(r.blocks), r.computed // bs)
+        if n <= r.inserted_blocks:
+            return
+        node, _ = self.cache.insert(r.blocks[:n], r.input_len, self.now,
+                                    inserted_blocks=r.inserted_blocks, priority=r.trace.priority or 0)
+        moved = self.cache.tokens_of(n, r.input_len) - self.cache.tokens_of(r.inserted_blocks, r.input_len)
+        r.private_tokens -= moved
+        self.private_tokens -= moved
+        self.cache.lock(node)
+        assert r.lock_node is not None
+        self.cache.unlock(r.lock_node)
+        r.lock_node, r.inserted_blocks = node, n
+
+    def _finish(self, r: SimRequest) -> None:
+        self._release(r)
+        self._final(r, Phase.FINISHED)
+
+    def _release(self, r: SimRequest) -> None:
+        """Give back ``r``'s KV: private tokens freed, its prefix path unlocked."""
+        if r.phase is Phase.RUNNING:
+            self.running.leave(r)
+            self.batch_is_full = False
+        self._free_private(r)
+        if r.lock_node is not None:
+            self.cache.unlock(r.lock_node)
+            r.lock_node = None
+
+    # ------------------------------------------------------------------ decode
+    def _run_decode(self) -> None:
+        # NOTE: page size 1: each running request needs one new slot per step.
+        if not self._ensure_free(len(self.running)):
+            self._retract()
+            if not self.running:
+                return
+        else:
+            s = self.s
+            self.new_token_ratio = max(self.new_token_ratio - s.new_token_ratio_decay, s.min_new_token_ratio)
+        n = len(self.running)
+        if not self._ensure_free(n):
+            raise SimulationError("decode step does not fit after retraction")
+        self.private_tokens += n
+        self.now += self.cost.decode_time(n, self.running.context_tokens())
+        for r in self.running.advance(self.now):
+            self._finish(r)
+
+    def _retract(self) -> None:
+        """SGLang's ``retract_decode``: drop the least worth keeping until the
+        step fits (keeping one); abort the last one if even it cannot."""
+        order = self.running.retraction_order()
+        retracted: list[SimRequest] = []
+        first = True
+        while first or not self._ensure_free(len(order)):
+            if len(order) == 1:
+                break
+            first = False
+            r = order.pop()
+            self._release(r)
+            self._ensure_free(len(order) * self.s.retract_decode_steps)
+            retracted.append(r)
+        if len(order) <= 1 and not self._ensure_free(len(order)):
+            last = order.pop()
+            self._release(last)
+            self._final(last, Phase.ABORTED, "out of KV memory even after retracting the rest")
+        self.running.reorder(order)
+        decoded = sum(r.num_output for r in order)
+        wanted = sum(r.output_len for r in order)
+        self.new_token_ratio = min(1.0, (decoded + self.s.retract_decode_steps * len(order)) / (wanted + 1))
+        for r in retracted:
+            r.retractions += 1
+            r.computed = r.inserted_blocks = 0
+            self._enqueue(r)  # NOTE: re-matched at the next pass (append marks it dirty)
+        self.num_retractions += len(retracted)
+
+    # -------------------------------------------------------------------- loop
+    def _idle(self) -> bool:
+        """Nothing to run: jump ahead; ``False`` when the replay is over."""
+        self.new_token_ratio = self.s.init_new_token_ratio  # NOTE: SGLang resets it when idle
+        nxt = self.arrivals.next_time()
+        if self.queue and self.num_deferred < len(self.queue):
+            raise SimulationError(f"{len(self.queue)} requests wait but nothing can run")
+        if self.num_deferred:
+            if nxt == float("inf") and self.now - self._last_activity > self.s.drain_timeout_s:
+                left = list(self.queue.items)
+                self.queue.remove(left)
+                assert self.gate is not None
+                self.gate.num_deferred = 0
+                for r in left:
+                    self._final(r, Phase.UNSERVED, "still deferred at the end of the replay")
+                return False
+            self.now = min(nxt, self.now + self.s.idle_poll_s)
+            return True
+        if nxt == float("inf"):
+            return False
+        self.now = max(self.now, nxt)
+        return True
+
+    def run(self) -> None:
+        """Replay the whole trace."""
+        while True:
+            for at, tr in self.arrivals.until(self.now):
+                self._arrive(SimRequest(tr, at))
+                self._last_activity = self.now
+            adder = self._prefill_pass()
+            if adder is not None:
+                self._run_prefill(adder)
+            elif self.running:
+                self._run_decode()
+            else:
+                if not self._idle():
+                    break
+                continue
+            self._last_activity = self.now
+            self.num_iterations += 1
+            if self.on_sample is not None:
+                self.on_sample(self)
