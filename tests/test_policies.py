@@ -35,9 +35,10 @@ def test_shortest_prefill_orders_by_uncached_tokens_then_arrival():
     assert ShortestPrefillPolicy().order(queue).order == ("c", "b", "d", "e", "a")
 
 
-def test_fcfs_is_arrival_order_whatever_the_queue_order():
-    queue = QueueView((req("x", 2, 10), req("y", 0, 999), req("z", 1, 5)))
-    assert FcfsPolicy().order(queue).order == ("y", "z", "x")
+def test_fcfs_keeps_the_hosts_queue_order():
+    # a retracted request ("y", older) re-joined at the back: it stays there, as in SGLang
+    queue = QueueView((req("x", 2, 10), req("z", 3, 5), req("y", 0, 999)))
+    assert FcfsPolicy().order(queue).order == ("x", "z", "y")
 
 
 def test_lpm_most_cached_first_and_in_batch_duplicates_last():

@@ -5,14 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from policies.scheduling import OrderDecision, QueueView, ordered_by
+from policies.scheduling import OrderDecision, QueueView
 
 
 @dataclass(frozen=True)
 class FcfsPolicy:
-    """Arrival order. Inside SGLang this selects ``--schedule-policy fcfs``."""
+    """The host's queue order, untouched: new arrivals join the back, and so do
+    retracted requests (SGLang's fcfs does not sort; a retracted request goes
+    behind the ones already waiting). Inside SGLang: ``--schedule-policy fcfs``."""
 
     sglang_schedule_policy: ClassVar[str | None] = "fcfs"
 
     def order(self, queue: QueueView) -> OrderDecision:
-        return ordered_by(queue, lambda r: r.arrival_seq)
+        return OrderDecision(tuple(r.rid for r in queue.requests))
