@@ -185,3 +185,43 @@ def test_kv_fit_check_rejects_only_what_can_never_fit():
     clipped = make_req("clipped", range(100), max_new_tokens=499)
     setattr(clipped, REQUESTED_MAX_NEW_ATTR, 1000)
     assert "1100 KV-cache tokens" in kv_fit_error(clipped, capacity=600)
+
+
+def test_match_tracker_rematches_only_requests_an_insert_can_lengthen():
+    from server.sglang.matching import MatchTracker
+
+    allocator, req_pool = make_pools(4096)
+    tree = RadixCache(cache_params(allocator, req_pool))
+    tracker = MatchTracker(tree, block=16)
+    tracker.watch_inserts()
+    shared = list(range(1000, 1100))
+    a = make_req("a", shared + list(range(5000, 5040)))
+    b = make_req("b", list(range(7000, 7140)))
+    tracker.refresh([a, b])
+    assert tracker.num_matches == 2 and a.num_matched_prefix_tokens == 0
+    insert(tree, allocator, shared + [1])  # shares 100 tokens with a, none with b
+    tracker.refresh([a, b])
+    assert tracker.num_matches == 3  # only a was re-matched
+    assert a.num_matched_prefix_tokens == 100 and b.num_matched_prefix_tokens == 0
+    tracker.refresh([a, b])
+    assert tracker.num_matches == 3  # nothing changed: nothing re-matched
+    c = make_req("c", shared[:50])
+    tracker.refresh([b, c])  # a left the queue, c arrived
+    # SGLang leaves the last prompt token to compute: a 50-token prompt matches 49
+    assert tracker.matched("a") is None and c.num_matched_prefix_tokens == 49
+
+
+def test_head_recheck_sees_an_eviction():
+    from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+    from server.sglang.matching import MatchTracker
+
+    allocator, req_pool = make_pools(4096)
+    tree = RadixCache(cache_params(allocator, req_pool))
+    insert(tree, allocator, list(range(200)))
+    r = make_req("r", list(range(200)) + [9, 9])
+    tracker = MatchTracker(tree)
+    tracker.refresh([r])
+    assert r.num_matched_prefix_tokens == 200
+    tree.evict(EvictParams(num_tokens=200))
+    assert tracker.recheck([r]) and r.num_matched_prefix_tokens == 0

@@ -29,9 +29,14 @@ from sglang.srt.managers.schedule_policy import (
 
 from policies.admission import AdmissionAction, AdmissionDecision, AdmissionPolicy, AdmissionView
 from policies.scheduling import QueueView, SchedulingPolicy, check_permutation
+from policies.views import RequestView
 from server.sglang.admission import rejection_message
+from server.sglang.matching import MatchTracker
 from server.sglang.views import request_view, stamp_arrival
 
+#: Requests at the front of each decided order whose cache hit is re-checked
+#: before the order is used (evictions only show there; see matching.py).
+HEAD_RECHECK = 16
 #: Set on a ``Req`` while admission defers it.
 DEFERRED_ATTR = "_switchboard_deferred"
 #: Set on a ``Req`` once its arrival checks ran (a re-queued request is not re-checked).
@@ -134,6 +139,11 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
         self.order_policy = order
         self.gate = gate
         self.prefill_clock = prefill_clock
+        self.tracker: Optional[MatchTracker] = None
+        self._views: dict[str, tuple[int, bool, RequestView]] = {}
+        if order is not None and not getattr(tree_cache, "disable", False):
+            self.tracker = MatchTracker(tree_cache)
+            self.tracker.watch_inserts()
 
     def _determine_active_policy(self, waiting_queue: list) -> Any:
         if self.order_policy is not None:
@@ -154,22 +164,45 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
         if self.gate is not None:
             waiting_queue.sort(key=is_deferred)  # stable: deferred go last
 
-    def _apply_order(self, waiting_queue: list, running_batch: Any, processed_tokens: int) -> None:
+    def _apply_order(self, waiting_queue: list, running_batch: Any, clock: int) -> None:
         if not waiting_queue:
+            self._views.clear()
             return
         duplicates: set = set()
-        if isinstance(self.policy, CacheAwarePolicy):
+        if getattr(self.order_policy, "needs_in_batch_duplicates", False):
+            # NOTE: SGLang's in-batch rule needs a full re-match of the queue.
             duplicates = self._compute_prefix_matches(waiting_queue, self.policy)
-        queue = QueueView(
-            requests=tuple(request_view(r, r.rid in duplicates) for r in waiting_queue),
-            now=time.perf_counter(),
-            processed_tokens=processed_tokens,
-            num_running=len(running_batch.reqs) if running_batch is not None else 0,
-        )
+        elif self.tracker is not None:
+            self.tracker.refresh(waiting_queue)
+        num_running = len(running_batch.reqs) if running_batch is not None else 0
+        order = self._decide(waiting_queue, duplicates, clock, num_running)
+        if self.tracker is not None:
+            by_rid = {r.rid: r for r in waiting_queue}
+            head = [by_rid[rid] for rid in order[:HEAD_RECHECK]]
+            if self.tracker.recheck(head):  # an eviction shortened a hit near the front
+                order = self._decide(waiting_queue, duplicates, clock, num_running)
+        rank = {rid: i for i, rid in enumerate(order)}
+        waiting_queue.sort(key=lambda r: rank[r.rid])
+        if len(self._views) > 2 * len(waiting_queue) + 64:  # forget departed requests
+            self._views = {rid: v for rid, v in self._views.items() if rid in rank}
+
+    def _decide(self, waiting_queue: list, duplicates: set, clock: int, num_running: int) -> tuple[str, ...]:
+        queue = QueueView(requests=tuple(self._view(r, r.rid in duplicates) for r in waiting_queue),
+                          now=time.perf_counter(), processed_tokens=clock, num_running=num_running)
         decision = self.order_policy.order(queue)  # type: ignore[union-attr]
         check_permutation(queue, decision)
-        rank = {rid: i for i, rid in enumerate(decision.order)}
-        waiting_queue.sort(key=lambda r: rank[r.rid])
+        return decision.order
+
+    def _view(self, req: Any, duplicate: bool) -> RequestView:
+        """The request's view, rebuilt only when its cache hit or flag changed."""
+        matched = int(getattr(req, "num_matched_prefix_tokens", 0) or 0)
+        cached = self._views.get(req.rid)
+        if cached is not None and cached[0] == matched and cached[1] == duplicate \
+                and cached[2].num_input_tokens == len(req.origin_input_ids) + len(req.output_ids):
+            return cached[2]
+        view = request_view(req, duplicate)
+        self._views[req.rid] = (matched, duplicate, view)
+        return view
 
 
 @functools.lru_cache(maxsize=None)
