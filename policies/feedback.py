@@ -1,0 +1,41 @@
+"""Feedback from finished requests, for policies that learn online.
+
+A policy of any kind that also implements ``ObservesFinished`` is told about
+every request that leaves the system (finished or aborted), once, by its host
+(the SGLang adapter or the simulator). Learning predictors (LEAP's length
+head, Basin's session lifetimes) use it; nothing else is fed back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedView:
+    """A request that just left the system."""
+
+    rid: str
+    now: float
+    """Host time, in seconds."""
+    num_input_tokens: int
+    """Prompt tokens."""
+    num_output_tokens: int
+    """Tokens generated."""
+    num_cached_tokens: int = 0
+    """Prompt tokens served from the prefix cache at its first prefill."""
+    session_id: str | None = None
+    aborted: bool = False
+    """Aborted (client gone, rejected after admission, error) rather than finished."""
+    features: tuple[float, ...] | None = None
+    """Prefill hidden-state features, when the host captured them (LEAP)."""
+
+
+@runtime_checkable
+class ObservesFinished(Protocol):
+    """Optional second face of a policy: it learns from finished requests."""
+
+    def observe_finished(self, view: FinishedView) -> None:
+        """Called once per request that left the system."""
+        ...
