@@ -39,3 +39,12 @@ class ObservesFinished(Protocol):
     def observe_finished(self, view: FinishedView) -> None:
         """Called once per request that left the system."""
         ...
+
+
+@runtime_checkable
+class EndsSessions(Protocol):
+    """Optional face of a policy that tracks sessions: the host reports explicit ends."""
+
+    def end_session(self, session_id: str, now: float) -> None:
+        """The client ended ``session_id`` (SGLang's ``/close_session``)."""
+        ...

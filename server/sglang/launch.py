@@ -50,8 +50,10 @@ def prepare(plan: LaunchPlan):
     from sglang.srt.entrypoints.http_server import app
 
     from server.sglang.admission import RetryAfterMiddleware
+    from server.sglang.sessions import SessionIdMiddleware
 
     app.add_middleware(RetryAfterMiddleware)
+    app.add_middleware(SessionIdMiddleware)
     return server_args
 
 

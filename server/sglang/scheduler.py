@@ -28,9 +28,11 @@ from sglang.srt.managers.schedule_policy import (
 )
 
 from policies.admission import AdmissionAction, AdmissionDecision, AdmissionPolicy, AdmissionView
+from policies.feedback import EndsSessions
 from policies.scheduling import QueueView, SchedulingPolicy, check_permutation
 from policies.views import RequestView
 from server.sglang.admission import rejection_message
+from server.sglang.feedback import FinishReporter, streamer_class
 from server.sglang.matching import MatchTracker
 from server.sglang.views import request_view, stamp_arrival
 
@@ -222,9 +224,25 @@ def scheduler_class(order: Optional[SchedulingPolicy],
                     admission: Optional[AdmissionPolicy]) -> type:
     """A subclass of SGLang's ``Scheduler`` bound to the chosen policies."""
     base = sglang_scheduler.Scheduler
+    # NOTE: one scheduler per process, so one reporter per process.
+    reporter = FinishReporter([p for p in (order, admission) if p is not None])
+    session_policies = [p for p in (order, admission) if isinstance(p, EndsSessions)]
 
     class SwitchboardScheduler(base):  # type: ignore[valid-type, misc]
         """SGLang's scheduler with Switchboard's scheduling and admission seams."""
+
+        def get_output_streamer_class(self) -> type:
+            base_streamer = super().get_output_streamer_class()
+            return streamer_class(base_streamer, reporter) if reporter.observers else base_streamer
+
+        def send_abort_output(self, abort_req: Any, req: Any) -> None:
+            super().send_abort_output(abort_req, req)
+            reporter.report(req, aborted=True)
+
+        def close_session(self, recv_req: Any) -> None:
+            super().close_session(recv_req)
+            for policy in session_policies:
+                policy.end_session(recv_req.session_id, time.perf_counter())
 
         def init_schedule_policy(self) -> None:
             super().init_schedule_policy()
