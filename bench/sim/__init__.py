@@ -31,6 +31,7 @@ from bench.traces.trace import Trace
 from policies.admission import AdmissionPolicy
 from policies.cache import EvictionPolicy
 from policies.cache.lru import LruPolicy
+from policies.feedback import ObservesFinished
 from policies.scheduling import SchedulingPolicy
 
 __all__ = ["CostModel", "SimSettings", "Simulator", "SimulationError", "TimelineSampler",
@@ -48,7 +49,9 @@ def build_simulator(trace: Trace, cost: CostModel, settings: SimSettings, *,
                          native_queue_limit=settings.native_queue_limit,
                          touch=settings.touch_waiting, builtin_lru=eviction is None)
     cache.touch_waiting = queue.touch_every_pass
-    return Simulator(trace, cost, settings, queue=queue, cache=cache, admission=admission)
+    observers = [p for p in (order, admission) if isinstance(p, ObservesFinished)]
+    return Simulator(trace, cost, settings, queue=queue, cache=cache, admission=admission,
+                     observers=observers)
 
 
 class TimelineSampler:

@@ -24,7 +24,7 @@ capacity`` at all times, and ``private_tokens`` is the sum over requests.
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from bench.sim.admission import AdmissionGate
 from bench.sim.arrivals import Arrivals
@@ -37,6 +37,7 @@ from bench.sim.running import RunningBatch
 from bench.sim.settings import SimSettings
 from bench.traces.trace import Trace
 from policies.admission import AdmissionPolicy
+from policies.feedback import FinishedView, ObservesFinished
 
 
 class SimulationError(RuntimeError):
@@ -50,7 +51,8 @@ class Simulator:
                  queue: WaitingQueue, cache: PrefixCache,
                  admission: Optional[AdmissionPolicy] = None,
                  on_sample: Optional[Callable[["Simulator"], None]] = None,
-                 on_final: Optional[Callable[[SimRequest], None]] = None) -> None:
+                 on_final: Optional[Callable[[SimRequest], None]] = None,
+                 observers: Sequence[ObservesFinished] = ()) -> None:
         self.trace, self.cost, self.s = trace, cost, settings
         self.cache, self.queue = cache, queue
         self.gate = AdmissionGate(admission, settings.capacity) if admission is not None else None
@@ -69,6 +71,8 @@ class Simulator:
         self._last_activity = 0.0
         self.on_sample = on_sample
         self.on_final = on_final
+        self.observers = list(observers)
+        """Policies told about every request that leaves (``ObservesFinished``)."""
 
     # ------------------------------------------------------------- accounting
     @property
@@ -153,6 +157,12 @@ class Simulator:
         r.reject_reason = reason
         if r.finish_s is None:
             r.finish_s = self.now
+        if self.observers and phase is not Phase.UNSERVED:
+            view = FinishedView(rid=r.rid, now=self.now, num_input_tokens=r.input_len,
+                                num_output_tokens=r.num_output, num_cached_tokens=r.cached_first or 0,
+                                session_id=r.trace.session_id, aborted=phase is not Phase.FINISHED)
+            for policy in self.observers:
+                policy.observe_finished(view)
         self.arrivals.release_followers(r.rid, self.now)
         if self.on_final is not None:
             self.on_final(r)
