@@ -42,6 +42,10 @@ class RequestView:
     """User-given priority, if any."""
     session_id: str | None = None
     """Session the request belongs to, if the client named one."""
+    features: tuple[float, ...] | None = None
+    """Hidden-state features the host captured at this request's prefill, for
+    policies that declare a ``hidden_state_layer`` (LEAP); ``None`` before the
+    request's first prefill or when not captured."""
     prefix_path: tuple[int, ...] = ()
     """Where the request's cached prefix ends in the host's prefix tree: one
     key per tree node on the path from the root (excluded) down to the node

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from dataclasses import dataclass, field
@@ -46,11 +47,12 @@ class LaunchPlan:
     """Seconds SGLang gets to exit on Ctrl-C/SIGTERM before it is killed."""
     default_model: dict[str, Any] | None = None
     """``model.source`` when ``model_path`` is to be built from it."""
+    feedback_log: str | None = None
+    """``server.feedback_log``, made absolute."""
 
     def with_model_path(self, path: str) -> "LaunchPlan":
-        sglang = dict(self.sglang, model_path=path)
-        return LaunchPlan(self.device, path, sglang, self.policies, self.cpu_threads,
-                          self.shutdown_grace_s, None)
+        return dataclasses.replace(self, model_path=path, sglang=dict(self.sglang, model_path=path),
+                                   default_model=None)
 
     def to_json(self) -> str:
         data = dict(self.__dict__)
@@ -119,6 +121,7 @@ def resolve(cfg: DictConfig) -> LaunchPlan:
         cpu_threads=int(cfg.server.cpu_threads),
         shutdown_grace_s=float(cfg.server.shutdown_grace_s),
         default_model=source,  # type: ignore[arg-type]
+        feedback_log=str(Path(cfg.server.feedback_log).expanduser().resolve()) if cfg.server.feedback_log else None,
     )
 
 

@@ -83,6 +83,10 @@ class ServerConfig:
     """After Ctrl-C/SIGTERM, seconds SGLang gets to exit before it is killed."""
     cpu_sglang: Dict[str, Any] = field(default_factory=dict)
     """SGLang settings applied only on CPU, under any ``sglang.*`` you set."""
+    feedback_log: Optional[str] = None
+    """JSONL file the scheduler appends every finished request to, as the
+    policies saw it (captured features and a length predictor's prediction
+    included); null = no log."""
 
 
 def register_schemas() -> None:

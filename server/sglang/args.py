@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import inspect
 import json
 from typing import Any
 
@@ -39,7 +40,11 @@ def sglang_fields(plan: LaunchPlan) -> dict[str, Any]:
 
     sched = plan.policies.get("policy")
     if sched is not None:
-        builtin = getattr(policy_class(sched), "sglang_schedule_policy", None)
+        cls = policy_class(sched)
+        builtin = getattr(cls, "sglang_schedule_policy", None)
+        if "hidden_state_layer" in inspect.signature(cls).parameters:
+            # NOTE: the feature capture is a forward hook; hooks do not run in CUDA graphs.
+            require("cuda_graph_backend_prefill", "disabled", f"+policy ({sched.target}) capturing hidden states")
         # Our policies run through SGLang's fcfs slot: the seam re-sorts the queue.
         require("schedule_policy", builtin or "fcfs", f"+policy ({sched.target})")
     if "cache" in plan.policies:

@@ -9,12 +9,15 @@ finished request passes through) or aborted while queued (from
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from sglang.srt.managers.schedule_batch import FINISH_ABORT
 
 from policies.feedback import FinishedView, ObservesFinished
+from server.sglang.capture import features_of
 
 #: Set on a ``Req`` once it was reported (a request is reported once).
 REPORTED_ATTR = "_switchboard_reported"
@@ -26,24 +29,44 @@ def finished_view(req: Any, aborted: bool) -> FinishedView:
         rid=req.rid, now=time.perf_counter(),
         num_input_tokens=len(req.origin_input_ids), num_output_tokens=len(req.output_ids),
         num_cached_tokens=int(getattr(req, "cached_tokens", 0) or 0),
-        session_id=getattr(req, "session_id", None), aborted=aborted,
-        features=getattr(req, "_switchboard_features", None),
+        session_id=getattr(req, "session_id", None), aborted=aborted, features=features_of(req),
     )
 
 
 class FinishReporter:
-    """Tells the observing policies about each request once."""
+    """Tells the observing policies about each request once; optionally logs it.
 
-    def __init__(self, policies: Sequence[Any]) -> None:
+    With ``log_path``, every reported request is appended to a JSONL file as the
+    policies saw it (features included) together with what a policy's length
+    predictor, if it has one, predicted for it *before* learning from it: the
+    raw material of LEAP's learning curve and of trace replays.
+    """
+
+    def __init__(self, policies: Sequence[Any], log_path: Optional[str] = None) -> None:
         self.observers = [p for p in policies if isinstance(p, ObservesFinished)]
+        self.log = open(log_path, "a", buffering=1) if log_path else None
+
+    @property
+    def active(self) -> bool:
+        return bool(self.observers) or self.log is not None
 
     def report(self, req: Any, aborted: bool) -> None:
-        if not self.observers or getattr(req, REPORTED_ATTR, False):
+        if not self.active or getattr(req, REPORTED_ATTR, False):
             return
         setattr(req, REPORTED_ATTR, True)
         view = finished_view(req, aborted)
+        if self.log is not None:
+            self._write(view)
         for policy in self.observers:
             policy.observe_finished(view)
+
+    def _write(self, view: FinishedView) -> None:
+        record = dataclasses.asdict(view)
+        for policy in self.observers:
+            predictor = getattr(policy, "predictor", None)
+            if predictor is not None and view.features is not None:
+                record["predicted_output_tokens"] = predictor.predict(view.features)
+        self.log.write(json.dumps(record) + "\n")
 
     def report_finished(self, reqs: Sequence[Any]) -> None:
         for req in reqs:

@@ -54,7 +54,8 @@ def install(plan) -> None:  # plan: server.resolve.LaunchPlan
     order = build_policy(order_spec) if order_spec is not None else None
     admission = build_policy(plan.policies["admission"]) if "admission" in plan.policies else None
     # NOTE: always replaced: the KV-fit check on arrival is on whatever the policies.
-    HookRegistry.register(SCHEDULER_TARGET, scheduler_class(order, admission), HookType.REPLACE)
+    HookRegistry.register(SCHEDULER_TARGET, scheduler_class(order, admission, plan.feedback_log),
+                          HookType.REPLACE)
     if "cache" in plan.policies:
         install_eviction_policy(build_policy(plan.policies["cache"]))
     log.info("switchboard plugin: order=%s admission=%s cache=%s",

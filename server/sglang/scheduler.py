@@ -32,6 +32,7 @@ from policies.feedback import EndsSessions
 from policies.scheduling import QueueView, SchedulingPolicy, check_permutation
 from policies.views import RequestView
 from server.sglang.admission import rejection_message
+from server.sglang.capture import HiddenStateCapture
 from server.sglang.feedback import FinishReporter, streamer_class
 from server.sglang.matching import MatchTracker
 from server.sglang.views import request_view, stamp_arrival
@@ -220,12 +221,13 @@ def _gated_adder(base: type[PrefillAdder]) -> type[PrefillAdder]:
     return GatedPrefillAdder
 
 
-def scheduler_class(order: Optional[SchedulingPolicy],
-                    admission: Optional[AdmissionPolicy]) -> type:
+def scheduler_class(order: Optional[SchedulingPolicy], admission: Optional[AdmissionPolicy],
+                    feedback_log: Optional[str] = None) -> type:
     """A subclass of SGLang's ``Scheduler`` bound to the chosen policies."""
     base = sglang_scheduler.Scheduler
     # NOTE: one scheduler per process, so one reporter per process.
-    reporter = FinishReporter([p for p in (order, admission) if p is not None])
+    reporter = FinishReporter([p for p in (order, admission) if p is not None], feedback_log)
+    feature_layer = getattr(order, "hidden_state_layer", None)
     session_policies = [p for p in (order, admission) if isinstance(p, EndsSessions)]
 
     class SwitchboardScheduler(base):  # type: ignore[valid-type, misc]
@@ -233,7 +235,7 @@ def scheduler_class(order: Optional[SchedulingPolicy],
 
         def get_output_streamer_class(self) -> type:
             base_streamer = super().get_output_streamer_class()
-            return streamer_class(base_streamer, reporter) if reporter.observers else base_streamer
+            return streamer_class(base_streamer, reporter) if reporter.active else base_streamer
 
         def send_abort_output(self, abort_req: Any, req: Any) -> None:
             super().send_abort_output(abort_req, req)
@@ -250,6 +252,9 @@ def scheduler_class(order: Optional[SchedulingPolicy],
             # also grows on decode steps (a decode batch keeps the extend_num_tokens
             # of its last prefill), so it is no token clock of prefill work.
             self._switchboard_prefill_tokens = 0
+            self._switchboard_capture = (
+                HiddenStateCapture(self.tp_worker.model_runner.model, feature_layer)
+                if feature_layer is not None else None)
             self._switchboard_gate = AdmissionGate(self, admission) if admission else None
             self.policy = SwitchboardSchedulePolicy(
                 self.schedule_policy, self.tree_cache, self.enable_hierarchical_cache,
@@ -260,9 +265,13 @@ def scheduler_class(order: Optional[SchedulingPolicy],
 
         def run_batch(self, batch: Any, pp_proxy_tensors: Any = None) -> Any:
             mode = batch.forward_mode
-            if mode.is_extend() and not mode.is_target_verify() and batch.extend_num_tokens:
+            prefill = mode.is_extend() and not mode.is_target_verify()
+            if prefill and batch.extend_num_tokens:
                 self._switchboard_prefill_tokens += batch.extend_num_tokens
-            return super().run_batch(batch, pp_proxy_tensors)
+            result = super().run_batch(batch, pp_proxy_tensors)
+            if prefill and self._switchboard_capture is not None:
+                self._switchboard_capture.attach(batch.reqs)
+            return result
 
         def get_prefill_adder_class(self) -> type[PrefillAdder]:
             adder = super().get_prefill_adder_class()

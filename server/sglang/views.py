@@ -7,6 +7,7 @@ import itertools
 from typing import Any
 
 from policies.cache import BlockView
+from server.sglang.capture import features_of
 from policies.views import RequestView
 
 #: Attributes the adapter stamps on each ``Req``: arrival order and the
@@ -38,6 +39,7 @@ def request_view(req: Any, in_batch_duplicate: bool = False) -> RequestView:
         in_batch_duplicate=in_batch_duplicate,
         priority=req.priority,
         session_id=getattr(req, "session_id", None),
+        features=features_of(req),
     )
 
 

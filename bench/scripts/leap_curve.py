@@ -1,0 +1,123 @@
+"""LEAP's length head learning live on the CPU server: Spearman rank correlation vs updates.
+
+    python -m bench.scripts.leap_curve [--prompts 400] [--max-tokens 200] [--concurrency 8]
+
+Starts ``python -m server +policy=leap server.feedback_log=...`` (float32),
+sends the project's LEAP prompt set (``bench/leap/prompts.py``) greedily, and
+reads the server's feedback log: for every finished request, the output length
+the head predicted from its real SmolLM2 hidden state *before* learning from
+it, and the true length the model produced. Prints the rank correlation over
+sliding windows as the head learns (PNG + JSON under ``results/leap/``), the
+correlation after ``--after`` updates (target >= 0.5 after 300), and the
+head's log-error model (mean, std of log(pred/true)) that the simulator's LEAP
+rows use; replays the logged updates offline to save the head (``head.npz``).
+Outputs capped at ``--max-tokens`` count as that length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from bench.leap.prompts import leap_prompts
+from bench.live.server import ServerProcess
+from policies.predictors.rls import RlsLengthHead
+
+
+def ranks(values: np.ndarray) -> np.ndarray:
+    """Average ranks (ties share their mean rank)."""
+    order = np.argsort(values, kind="stable")
+    r = np.empty(len(values))
+    r[order] = np.arange(len(values), dtype=float)
+    for v in np.unique(values):
+        tied = values == v
+        if tied.sum() > 1:
+            r[tied] = r[tied].mean()
+    return r
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    ra, rb = ranks(np.asarray(a, float)), ranks(np.asarray(b, float))
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+async def send_all(base_url: str, prompts: list[str], max_tokens: int, concurrency: int) -> None:
+    sem = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(base_url=base_url, timeout=900) as client:
+        async def one(p: str) -> None:
+            async with sem:
+                r = await client.post("/v1/chat/completions", json={
+                    "model": "default", "messages": [{"role": "user", "content": p}],
+                    "max_tokens": max_tokens, "temperature": 0})
+                r.raise_for_status()
+        await asyncio.gather(*(one(p) for p in prompts))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--prompts", type=int, default=400)
+    ap.add_argument("--max-tokens", type=int, default=200)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--window", type=int, default=100)
+    ap.add_argument("--after", type=int, default=300)
+    ap.add_argument("--out", type=Path, default=Path("results/leap"))
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    log = (args.out / "feedback.jsonl").resolve()
+    log.unlink(missing_ok=True)
+    prompts = leap_prompts(args.prompts)
+    with ServerProcess(["model.dtype=float32", "+policy=leap", f"server.feedback_log={log}"],
+                       args.out / "server.log") as server:
+        asyncio.run(send_all(server.base_url, prompts, args.max_tokens, args.concurrency))
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    records = [r for r in records if r["features"] is not None and not r["aborted"]
+               and r["num_input_tokens"] > 8]  # NOTE: drops SGLang's warm-up and health probes
+    pred = np.array([r["predicted_output_tokens"] for r in records])
+    true = np.array([r["num_output_tokens"] for r in records])
+    curve = [(end, spearman(pred[end - args.window:end], true[end - args.window:end]))
+             for end in range(args.window, len(records) + 1, 25)]
+    after = slice(args.after, len(records))
+    rho_after = spearman(pred[after], true[after]) if len(records) > args.after + 10 else float("nan")
+    err = np.log(pred[after]) - np.log(np.maximum(true[after], 1))
+    head = RlsLengthHead(dim=len(records[0]["features"]))
+    for r in records:  # NOTE: the same updates, in the same order, as inside the server
+        head.update(r["features"], r["num_output_tokens"])
+    head.save(args.out / "head.npz")
+    result = {"requests": len(records), "max_tokens": args.max_tokens, "window": args.window,
+              "curve": curve, f"spearman_after_{args.after}": rho_after,
+              "log_error_mean": float(err.mean()) if len(err) else None,
+              "log_error_std": float(err.std()) if len(err) else None,
+              "true_length_mean": float(true.mean()), "true_length_p50": float(np.median(true))}
+    (args.out / "curve.json").write_text(json.dumps(result, indent=1))
+    _plot(curve, args.out / "curve.png", args.window)
+    print(f"{'updates':>8} {'spearman':>9}")
+    for end, rho in curve:
+        print(f"{end - args.window:>8} {rho:9.3f}")
+    print(f"spearman over requests {args.after}..{len(records)}: {rho_after:.3f}; "
+          f"log-error mean {result['log_error_mean']:.3f} std {result['log_error_std']:.3f}")
+
+
+def _plot(curve: list[tuple[int, float]], path: Path, window: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([e - window for e, _ in curve], [r for _, r in curve], marker="o")
+    ax.axhline(0.5, ls="--", c="gray")
+    ax.set_xlabel(f"online updates before the window (window = {window} requests)")
+    ax.set_ylabel("Spearman(predicted, true)")
+    ax.set_title("LEAP length head, live SmolLM2 hidden states")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+"""Predictors: components that estimate something about a request for any policy.
+
+``LengthPredictor`` estimates a request's output length from a feature vector
+(LEAP: a hidden state the serving model computed at prefill) and learns online
+from the true length when the request finishes.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence, runtime_checkable
+
+
+@runtime_checkable
+class LengthPredictor(Protocol):
+    """Output-length prediction, learned online."""
+
+    def predict(self, features: Sequence[float]) -> float:
+        """Expected output tokens for a request with these features (>= 1)."""
+        ...
+
+    def update(self, features: Sequence[float], output_tokens: int) -> None:
+        """Learn from a finished request's true output length."""
+        ...

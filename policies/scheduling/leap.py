@@ -1,0 +1,80 @@
+"""``+policy=leap``: shortest predicted remaining output first, lengths predicted from
+the serving model's own prefill hidden state by a linear head learned online.
+
+* **Features.** The host captures, for each request, the hidden state (the
+  residual stream entering decoder layer ``hidden_state_layer``) at its last
+  prompt token during prefill, and hands it to the policy as
+  ``RequestView.features`` / ``FinishedView.features``. No encoder model.
+* **Prediction.** A ``LengthPredictor`` (default ``RlsLengthHead``: log-length,
+  recursive least squares with forgetting) starts from zero knowledge (or a
+  saved head, ``head_path``) and is corrected after every finished request.
+* **Order.** Requests whose features are known are ranked by predicted
+  remaining tokens ``max(1, predicted - generated)``; requests not yet
+  prefilled have no features and are ranked by the prior (the running mean of
+  finished lengths). Aging divides the rank by ``1 + waited / aging_tokens``
+  (waiting on the prefill-token clock), so nothing starves.
+
+NOTE: inside SGLang the features of a request exist only after its prefill, so
+what LEAP reorders there are requests that come back to the queue (retracted
+under memory pressure, or resumed); fresh arrivals keep arrival order under the
+common prior. The simulator can give the head's predictions (with its measured
+error) at arrival, which is how its sweeps evaluate LEAP.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import ClassVar, Optional
+
+from policies.feedback import FinishedView
+from policies.predictors import LengthPredictor
+from policies.predictors.rls import RlsLengthHead
+from policies.scheduling import OrderDecision, QueueView, ordered_by
+from policies.views import RequestView
+
+
+class LeapPolicy:
+    """LEAP scheduling (see module docs)."""
+
+    sglang_schedule_policy: ClassVar[str | None] = None
+
+    def __init__(self, hidden_state_layer: int = 15, feature_dim: int = 576,
+                 forgetting: float = 0.999, ridge: float = 1.0, prior_tokens: float = 64.0,
+                 aging_tokens: float = 8192.0, head_path: Optional[str] = None) -> None:
+        if hidden_state_layer < 0 or aging_tokens <= 0:
+            raise ValueError("need hidden_state_layer >= 0 and aging_tokens > 0")
+        self.hidden_state_layer = hidden_state_layer
+        """Decoder layer whose input hidden state the host captures at prefill."""
+        self.aging_tokens = aging_tokens
+        self.predictor: LengthPredictor = (
+            RlsLengthHead.load(Path(head_path)) if head_path else
+            RlsLengthHead(feature_dim, forgetting=forgetting, ridge=ridge, prior_tokens=prior_tokens))
+        self._log_sum = math.log1p(prior_tokens)
+        self._count = 1
+
+    @property
+    def prior_tokens(self) -> float:
+        """Geometric-mean output length of finished requests (the no-features guess)."""
+        return math.expm1(self._log_sum / self._count)
+
+    def predicted_remaining(self, r: RequestView) -> float:
+        total = self.predictor.predict(r.features) if r.features is not None else self.prior_tokens
+        return max(1.0, total - r.num_output_tokens)
+
+    def order(self, queue: QueueView) -> OrderDecision:
+        clock = queue.processed_tokens
+
+        def key(r: RequestView) -> tuple[float, int]:
+            waited = max(0, clock - r.arrival_processed_tokens)
+            return (self.predicted_remaining(r) / (1.0 + waited / self.aging_tokens), r.arrival_seq)
+
+        return ordered_by(queue, key)
+
+    def observe_finished(self, view: FinishedView) -> None:
+        if view.aborted:
+            return
+        self._log_sum += math.log1p(view.num_output_tokens)
+        self._count += 1
+        if view.features is not None:
+            self.predictor.update(view.features, view.num_output_tokens)

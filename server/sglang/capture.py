@@ -1,0 +1,66 @@
+"""Capture a decoder layer's input hidden state at each sequence's last prefill token.
+
+For policies that declare ``hidden_state_layer`` (LEAP). A forward pre-hook on
+that layer of the model the scheduler's model runner holds passes SGLang's own
+``capture_output`` callback (the one its EAGLE3/DFlash aux capture uses) on
+extend (prefill) forwards: the layer hands it the residual stream entering the
+layer, for every token in the batch. The hook keeps the rows of each
+sequence's last token; the scheduler attaches them to the batch's requests
+after ``run_batch``. Same code on CPU and GPU.
+
+NOTE: a hook does not run inside a CUDA graph: prefill CUDA graphs must be off
+(the launcher enforces it when a policy asks for features).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+FEATURES_ATTR = "_switchboard_features"
+
+
+class HiddenStateCapture:
+    """Forward pre-hook on ``model.model.layers[layer]`` (see module docs)."""
+
+    def __init__(self, model: torch.nn.Module, layer: int) -> None:
+        layers = model.get_submodule("model.layers")
+        if not 0 <= layer < len(layers):
+            raise ValueError(f"hidden_state_layer={layer} but the model has {len(layers)} layers")
+        self._rows: Optional[torch.Tensor] = None
+        self._handle = layers[layer].register_forward_pre_hook(self._pre_hook, with_kwargs=True)
+
+    def _pre_hook(self, module: Any, args: tuple, kwargs: dict) -> Optional[tuple]:
+        forward_batch = args[2] if len(args) > 2 else kwargs.get("forward_batch")
+        if forward_batch is None or not forward_batch.forward_mode.is_extend() \
+                or kwargs.get("capture_output") is not None:
+            return None
+        last = forward_batch.extend_start_loc + forward_batch.extend_seq_lens - 1
+
+        def capture(value: torch.Tensor, owned: bool = False) -> None:
+            self._rows = value.index_select(0, last.to(value.device)).float()
+
+        return args, {**kwargs, "capture_output": capture}
+
+    def attach(self, reqs: list) -> None:
+        """Give each request of the last extend batch its row (a later chunk overwrites)."""
+        rows, self._rows = self._rows, None
+        if rows is None or rows.shape[0] != len(reqs):
+            return
+        for req, row in zip(reqs, rows):
+            setattr(req, FEATURES_ATTR, row)
+
+    def remove(self) -> None:
+        self._handle.remove()
+
+
+def features_of(req: Any) -> Optional[tuple[float, ...]]:
+    """The captured features of ``req`` as plain floats (syncs the device once)."""
+    row = getattr(req, FEATURES_ATTR, None)
+    if row is None:
+        return None
+    if isinstance(row, torch.Tensor):
+        row = tuple(row.cpu().tolist())
+        setattr(req, FEATURES_ATTR, row)
+    return row
