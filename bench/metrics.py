@@ -4,7 +4,8 @@ Nothing here knows the simulator: a live replay that logs, per request, its
 arrival, token times and cache hit fills the same ``RequestRecord`` and gets
 the same numbers. Definitions:
 
-* TTFT = first token - arrival; E2E = last token - arrival;
+* TTFT = first token - arrival; E2E = last token - arrival; per-token latency
+  = E2E / output tokens (LEAP's "average per-token latency");
   TPOT = (last token - first token) / (output tokens - 1), requests with >= 2 tokens;
   ITL = gaps between consecutive tokens of a request (pooled over requests).
 * goodput = finished requests with TTFT <= ``ttft_slo_s`` and TPOT <= ``tpot_slo_s``
@@ -154,6 +155,7 @@ def summarize(records: Sequence[RequestRecord], slo: Slo,
         "tpot_s": stats([r.tpot for r in done if r.tpot is not None]),
         "itl_s": stats(itl_values(done)),
         "e2e_s": stats([r.e2e for r in done]),
+        "per_token_latency_s": stats([r.e2e / max(1, r.output_tokens) for r in done]),
         "goodput_rps": good / seconds if seconds > 0 else 0.0,
         "slo_attainment": good / len(records) if records else None,
         "throughput_output_tps": sum(r.output_tokens for r in done) / seconds if seconds > 0 else 0.0,
