@@ -1,6 +1,6 @@
-"""Trace-replay simulator (``python -m bench``): real LLM-serving traces replayed
-through a model of SGLang's scheduler, driven by the same pure policies as the
-server.
+"""Trace replay (``python -m bench``): real LLM-serving traces replayed through a
+model of SGLang's scheduler, driven by the same pure policies as the server,
+or live against any OpenAI-compatible endpoint (``live.endpoint=...``).
 
 ======================= ===========================================================
 module                  job
@@ -16,12 +16,16 @@ module                  job
 ``metrics``             pure metric functions over per-request records (TTFT,
                         TPOT, ITL, E2E, goodput, hit rate, windows)
 ``report``              results folder: JSON, markdown, CSV, PNG plots
-``live/``               start a real server and chat with it (shared with tests)
-``scripts/``            ``replay_speed`` (simulator speed), ``baselines``
-                        (policy table in ``bench/results/baselines.md``),
-                        ``hf_agreement`` (CPU server vs HF transformers)
+``live/``               live replay (prompt synthesis from block hashes, open- and
+                        closed-loop sender over SGLang's ``bench_serving``
+                        request functions), CPU calibration probes, and
+                        helpers to start a real server (shared with tests)
+``leap/``               the LEAP prompt set
+``scripts/``            ``replay_speed``, ``baselines``, ``fairway``,
+                        ``order_overhead``, ``leap_curve``, ``calibrate_cpu``,
+                        ``validate_sim``, ``hf_agreement`` (one table each,
+                        committed ones under ``bench/results/``)
 ======================= ===========================================================
 
-Replaying a trace against a live server is not part of this package yet;
-``metrics`` is written so that it can score live records as well.
+``metrics`` scores simulated and live records alike.
 """

@@ -1,4 +1,4 @@
-"""``python -m bench [overrides]``: replay a trace in the simulator.
+"""``python -m bench [overrides]``: replay a trace in the simulator, or live.
 
 Every documented form works verbatim, e.g.::
 
@@ -7,8 +7,11 @@ Every documented form works verbatim, e.g.::
     python -m bench trace.time_scale=2 accelerator=h200 model_profile=qwen3-32b
     python -m bench -m +policy=fcfs,lpm,shortest_prefill     # one results folder per run
     python -m bench --cfg job                                # print the composed config
+    python -m bench trace=azure_conversation accelerator=cpu model_profile=smollm2-135m \
+        live.endpoint=http://127.0.0.1:30000 live.input_scale=0.0625 live.output_scale=0.125
 
-Config mistakes exit with status 2 and one line naming the field or option.
+Config mistakes exit with status 2 and one line naming the field or option; a
+live endpoint that cannot serve the replay exits with status 1 and one line.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from bench.schema import register_bench_schemas
 from server.config import CONF_DIR, ConfigError
 
 EXIT_CONFIG = 2
+EXIT_LIVE = 1
 log = logging.getLogger("switchboard.bench")
 
 
@@ -37,16 +41,24 @@ def run(cfg: DictConfig) -> None:
     """Resolve ``cfg`` and replay into Hydra's output folder for this job."""
     from hydra.core.hydra_config import HydraConfig
 
+    from bench.live.replay import LiveReplayError
     from bench.run import run_bench
 
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # NOTE: one line per /v1/loads poll
     try:
         settings = resolve_bench(cfg)
     except ConfigError as exc:
         _fail(str(exc))
     out_dir = Path(HydraConfig.get().runtime.output_dir)
-    result = run_bench(settings, out_dir)
+    try:
+        result = run_bench(settings, out_dir)
+    except ConfigError as exc:  # NOTE: found once the trace is loaded (live.input_scale vs its blocks)
+        _fail(str(exc))
+    except LiveReplayError as exc:
+        print(f"bench: live replay error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_LIVE)
     s = result["summary"]
     log.info("bench: %d finished, TTFT p50 %.3f s p99 %.3f s, goodput %.2f req/s, hit rate %s",
              s["finished"], s["ttft_s"]["p50"] or float("nan"), s["ttft_s"]["p99"] or float("nan"),

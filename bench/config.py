@@ -4,6 +4,8 @@ The bench shares ``conf/`` with the server: the policy groups (``+policy=``,
 ``+cache=``, ``+admission=``) are the server's own and become objects through
 ``server.policy_spec`` exactly as in the server; the bench's own groups
 (``trace``, ``accelerator``, ``model_profile``) are typed by ``bench.schema``.
+A live replay (``live.endpoint``) measures the server's own policies, so
+choosing simulator policies for it is a config error.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from typing import Any, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from bench.schema import (AcceleratorConfig, MetricsConfig, ModelProfileConfig, OutputConfig,
-                          SimConfig, TraceConfig, register_bench_schemas)
+from bench.schema import (AcceleratorConfig, LiveConfig, MetricsConfig, ModelProfileConfig,
+                          OutputConfig, SimConfig, TraceConfig, register_bench_schemas)
 from bench.traces.paths import resolve_data_root
 from server.config import CONF_DIR, ConfigError, one_line
 from server.policy_spec import PolicySpec, build_policy, specs_from_config
@@ -55,11 +57,17 @@ class BenchSettings:
     accelerator: AcceleratorConfig
     model_profile: ModelProfileConfig
     sim: SimConfig
+    live: LiveConfig
     metrics: MetricsConfig
     output: OutputConfig
     data_root: Path
     policies: dict[str, PolicySpec]
     """Chosen policy kinds by group; absent kinds behave as stock SGLang."""
+
+    @property
+    def is_live(self) -> bool:
+        """Whether this run replays against a real server."""
+        return self.live.endpoint is not None
 
     def build(self, group: str) -> Optional[Any]:
         """The policy object chosen for ``group``, or None."""
@@ -88,11 +96,12 @@ def _typed(node: DictConfig, cls: type) -> Any:
 def resolve_bench(cfg: DictConfig) -> BenchSettings:
     """Typed settings of a composed bench config (raises ``ConfigError``)."""
     try:
-        return BenchSettings(
+        settings = BenchSettings(
             trace=_typed(cfg.trace, TraceConfig),
             accelerator=_typed(cfg.accelerator, AcceleratorConfig),
             model_profile=_typed(cfg.model_profile, ModelProfileConfig),
             sim=_typed(cfg.sim, SimConfig),
+            live=_typed(cfg.live, LiveConfig),
             metrics=_typed(cfg.metrics, MetricsConfig),
             output=_typed(cfg.output, OutputConfig),
             data_root=resolve_data_root(cfg.get("data_root")),
@@ -102,3 +111,27 @@ def resolve_bench(cfg: DictConfig) -> BenchSettings:
         raise
     except Exception as exc:  # a MISSING value surfaces here, named by OmegaConf
         raise ConfigError(one_line(exc)) from exc
+    _check_live(settings)
+    return settings
+
+
+def _check_live(s: BenchSettings) -> None:
+    """One-line errors for ``live.*`` values no replay could use."""
+    live = s.live
+    if s.is_live and s.policies:
+        chosen = ", ".join(f"+{g}=" for g in s.policies)
+        raise ConfigError(f"{chosen} chooses simulator policies, but live.endpoint replays against "
+                          "a server running its own: start the server with them instead")
+    if live.input_scale <= 0 or live.output_scale <= 0:
+        raise ConfigError("live.input_scale and live.output_scale must be > 0")
+    for key in ("max_input_tokens", "max_output_tokens"):
+        value = getattr(live, key)
+        if value is not None and value < 1:
+            raise ConfigError(f"live.{key} must be >= 1 or null, got {value}")
+    high = live.token_id_high if live.token_id_high is not None else s.model_profile.vocab_size
+    if not 0 <= live.token_id_low < high <= s.model_profile.vocab_size:
+        raise ConfigError(f"live token ids [{live.token_id_low}, {high}) must be a non-empty range "
+                          f"inside the vocabulary of {s.model_profile.name} ({s.model_profile.vocab_size})")
+    if live.request_timeout_s <= 0 or live.loads_interval_s < 0 or live.warmup_requests < 0:
+        raise ConfigError("live.request_timeout_s must be > 0, live.loads_interval_s and "
+                          "live.warmup_requests >= 0")

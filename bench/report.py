@@ -68,17 +68,42 @@ def policies_label(meta: dict) -> str:
     return ", ".join(f"+{g}={spec['target'].split('.')[-2]}" for g, spec in meta["policies"].items())
 
 
+def run_title(meta: dict) -> str:
+    """What ran: ``trace on accelerator + model``, or ``trace live on <endpoint>``."""
+    if meta.get("mode") == "live":
+        return f"{meta['trace']} live on {meta['live']['endpoint']} ({meta['model']})"
+    return f"{meta['trace']} on {meta['accelerator']} + {meta['model']}"
+
+
+def _how_it_ran(meta: dict, s: dict) -> str:
+    if meta.get("mode") == "live":
+        live = meta["live"]
+        how = (f"{s['requests']} requests over {s['span_s']:.0f} s measured live "
+               f"({live['api']} API, replayed in {live['replay_wall_s']:.1f} s; client lag "
+               f"mean {live['client_lag_s']['mean'] * 1e3:.1f} ms, max "
+               f"{live['client_lag_s']['max'] * 1e3:.0f} ms). Policies: the server's own.")
+    else:
+        policies = policies_label(meta)
+        how = (f"Policies: {policies or 'SGLang built-in (fcfs order, LRU eviction, no admission)'}. "
+               f"{s['requests']} requests over {s['span_s']:.0f} s simulated "
+               f"({meta['iterations']} iterations, replayed in {meta['replay_wall_s']:.1f} s).")
+    shape = meta.get("shape")
+    if shape:
+        how += (f" Shaped: prompts x{shape['input_scale']:g}, outputs x{shape['output_scale']:g}, "
+                f"caps {shape['max_input_tokens']}/{shape['max_output_tokens']} tokens, "
+                f"{shape['dropped_too_long']} + {shape['dropped_followers']} requests dropped "
+                f"(over {shape['max_total_tokens']} tokens / following them).")
+    return how
+
+
 def summary_markdown(result: dict) -> str:
     """``summary.md``: what ran, every headline metric, then each window."""
     meta, s = result["meta"], result["summary"]
-    policies = policies_label(meta)
     lines = [
-        f"# {meta['trace']} on {meta['accelerator']} + {meta['model']}",
+        f"# {run_title(meta)}",
         "",
-        f"Policies: {policies or 'SGLang built-in (fcfs order, LRU eviction, no admission)'}. "
         f"SLO: TTFT <= {s['slo']['ttft_s']} s, TPOT <= {s['slo']['tpot_s']} s. "
-        f"{s['requests']} requests over {s['span_s']:.0f} s simulated "
-        f"({meta['iterations']} iterations, replayed in {meta['replay_wall_s']:.1f} s).",
+        + _how_it_ran(meta, s),
         "",
         "| metric | value |",
         "|---|---|",
@@ -128,8 +153,9 @@ def plot_results(out_dir: Path, result: dict, records: Sequence[RequestRecord], 
     import matplotlib.pyplot as plt
 
     meta = result["meta"]
-    title = (f"{meta['trace']} / {meta['accelerator']} / {meta['model']}\n"
-             f"{policies_label(meta) or 'SGLang built-in policies'}")
+    policies = ("the server's own policies" if meta.get("mode") == "live"
+                else policies_label(meta) or "SGLang built-in policies")
+    title = f"{run_title(meta)}\n{policies}"
     ttft = np.sort([r.ttft for r in records if r.status == "finished" and r.ttft is not None])
     fig, ax = plt.subplots(figsize=(6, 4.4))
     if len(ttft):
@@ -153,7 +179,8 @@ def plot_results(out_dir: Path, result: dict, records: Sequence[RequestRecord], 
     axes[2].plot(timeline.t, timeline.waiting, lw=0.8)
     axes[2].set(ylabel="waiting requests")
     axes[3].plot(timeline.t, timeline.kv_used / timeline.capacity, lw=0.8, label="used")
-    axes[3].plot(timeline.t, timeline.kv_cached / timeline.capacity, lw=0.8, label="prefix cache")
+    if not np.isnan(timeline.kv_cached).all():  # NOTE: a live server does not report it
+        axes[3].plot(timeline.t, timeline.kv_cached / timeline.capacity, lw=0.8, label="prefix cache")
     axes[3].set(ylabel="KV pool share", xlabel="time (s)")
     axes[3].legend()
     for ax in axes:

@@ -1,4 +1,9 @@
-"""One bench run: load the trace, build the policies, replay, measure, write."""
+"""One bench run: load and shape the trace, replay it (simulated or live), measure, write.
+
+Both modes score the same ``RequestRecord``s with the same metrics and write the
+same results folder. ``meta.mode`` says which ran: ``sim`` (the simulator over
+the cost model) or ``live`` (real requests to ``live.endpoint``).
+"""
 
 from __future__ import annotations
 
@@ -9,10 +14,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 from bench.config import BenchSettings
-from bench.metrics import Slo, summarize, windows
+from bench.live.overlap import IterationLog, client_visible
+from bench.live.workload import Shape, ShapedTrace, ShapeError, shape_trace
+from bench.metrics import RequestRecord, Slo, Timeline, summarize, windows
 from bench.report import write_results
 from bench.sim import CostModel, SimSettings, TimelineSampler, build_simulator, records_of
-from bench.traces import load_trace
+from bench.traces import Trace, load_trace
+from server.config import ConfigError
 
 log = logging.getLogger("switchboard.bench")
 
@@ -41,44 +49,66 @@ class _Progress:
             self.bar.close()
 
 
+def shape_of(settings: BenchSettings) -> Shape:
+    """The ``live.*`` length fields."""
+    live = settings.live
+    return Shape(live.input_scale, live.output_scale, live.max_input_tokens, live.max_output_tokens)
+
+
+def prepare_trace(settings: BenchSettings, sim_settings: SimSettings) -> tuple[Trace, Optional[ShapedTrace]]:
+    """The trace to replay: loaded, windowed, time-scaled, then shaped (``live.*``)
+    unless this is a simulation with the identity shape (replayed as loaded).
+    Raises ``ConfigError`` for a scale the trace's blocks cannot take."""
+    trace = load_trace(settings.trace, settings.data_root)
+    shape = shape_of(settings)
+    if shape.is_identity and not settings.is_live:
+        return trace, None
+    # NOTE: the simulator's own fit rule (``Simulator._arrive``): prompt + output
+    # must stay below the context length and 3 slots below the KV pool, so no
+    # kept request is ever clipped or aborted by the simulator or the server.
+    limit = min(sim_settings.context_length - 1, sim_settings.capacity - 3)
+    try:
+        shaped = shape_trace(trace, shape, limit)
+    except ShapeError as exc:
+        raise ConfigError(str(exc)) from exc
+    return shaped.trace, shaped
+
+
 def run_bench(settings: BenchSettings, out_dir: Optional[Path] = None,
               progress: Optional[bool] = None) -> dict[str, Any]:
     """Replay ``settings.trace`` and return (and, with ``out_dir``, write) the results."""
     t0 = time.perf_counter()
-    trace = load_trace(settings.trace, settings.data_root)
     cost = CostModel(settings.accelerator, settings.model_profile)
     sim_settings = SimSettings.resolve(settings.sim, settings.accelerator, settings.model_profile, cost)
+    trace, shaped = prepare_trace(settings, sim_settings)
     load_s = time.perf_counter() - t0
-    for line in settings.describe():
-        log.info("bench: %s", line)
-    log.info("bench: %s: %d requests (%.0f s of arrivals), KV pool %d tokens, %d request slots",
-             trace.name, len(trace.requests), trace.duration_s, sim_settings.capacity,
-             sim_settings.max_running_requests)
+    show = settings.output.progress if progress is None else progress
+    if not settings.is_live:
+        for line in settings.describe():
+            log.info("bench: %s", line)
+    log.info("bench: %s: %d requests (%.0f s of arrivals)%s", trace.name, len(trace.requests),
+             trace.duration_s, f", {trace.notes[-1]}" if shaped is not None else "")
 
-    sim = build_simulator(trace, cost, sim_settings, order=settings.build("policy"),
-                          eviction=settings.build("cache"), admission=settings.build("admission"))
-    sampler = TimelineSampler(settings.metrics.timeline_dt_s)
-    bar = _Progress(len(trace.requests), settings.output.progress if progress is None else progress,
-                    desc=trace.name)
-    sim.on_sample, sim.on_final = sampler, bar
     t1 = time.perf_counter()
-    try:
-        sim.run()
-    finally:
-        bar.close()
+    if settings.is_live:
+        records, timeline, mode_meta = _live(settings, trace, show)
+    else:
+        records, timeline, mode_meta = _simulate(settings, trace, cost, sim_settings, show)
     replay_s = time.perf_counter() - t1
 
-    records = records_of(sim)
-    timeline = sampler.timeline(sim_settings.capacity)
     slo = Slo(settings.metrics.ttft_slo_s, settings.metrics.tpot_slo_s)
     result = {
         "meta": {
+            "mode": "live" if settings.is_live else "sim",
             "trace": trace.name, "trace_source": trace.source, "trace_notes": list(trace.notes),
             "accelerator": settings.accelerator.name, "model": settings.model_profile.name,
             "policies": {g: s.to_json() for g, s in settings.policies.items()},
-            "sim": asdict(sim_settings), "iterations": sim.num_iterations,
-            "decode_steps": sim.running.step, "simulated_s": sim.now,
-            "evicted_tokens": sim.cache.num_evicted_tokens,
+            "shape": None if shaped is None else {
+                **asdict(shape_of(settings)), "block_size": trace.block_size,
+                "max_total_tokens": shaped.max_total_tokens,
+                "dropped_too_long": shaped.dropped_too_long,
+                "dropped_followers": shaped.dropped_followers},
+            **mode_meta,
             "load_wall_s": load_s, "replay_wall_s": replay_s,
         },
         "summary": summarize(records, slo, timeline),
@@ -88,3 +118,46 @@ def run_bench(settings: BenchSettings, out_dir: Optional[Path] = None,
         write_results(out_dir, result, records, timeline, settings.output)
         log.info("bench: results in %s", out_dir)
     return result
+
+
+def _simulate(settings: BenchSettings, trace: Trace, cost: CostModel, sim_settings: SimSettings,
+              show: bool) -> tuple[list[RequestRecord], Timeline, dict[str, Any]]:
+    log.info("bench: KV pool %d tokens, %d request slots", sim_settings.capacity,
+             sim_settings.max_running_requests)
+    sync = settings.accelerator.synchronous_forward
+    iterations = IterationLog(cost) if sync else None
+    sim = build_simulator(trace, iterations if iterations is not None else cost, sim_settings,
+                          order=settings.build("policy"), eviction=settings.build("cache"),
+                          admission=settings.build("admission"))
+    if iterations is not None:
+        iterations.clock = lambda: sim.now
+    sampler = TimelineSampler(settings.metrics.timeline_dt_s)
+    bar = _Progress(len(trace.requests), show, desc=trace.name)
+    sim.on_sample, sim.on_final = sampler, bar
+    try:
+        sim.run()
+    finally:
+        bar.close()
+    records = records_of(sim)
+    if iterations is not None:
+        records = client_visible(records, iterations)
+    meta = {
+        "sim": asdict(sim_settings), "iterations": sim.num_iterations,
+        "decode_steps": sim.running.step, "simulated_s": sim.now,
+        "evicted_tokens": sim.cache.num_evicted_tokens,
+        "token_times": "as clients see them (synchronous forward: one iteration late)" if sync
+        else "iteration ends",
+    }
+    return records, sampler.timeline(sim_settings.capacity), meta
+
+
+def _live(settings: BenchSettings, trace: Trace,
+          show: bool) -> tuple[list[RequestRecord], Timeline, dict[str, Any]]:
+    from bench.live.replay import replay_live
+
+    live = settings.live
+    high = live.token_id_high if live.token_id_high is not None else settings.model_profile.vocab_size
+    log.info("bench: live replay against %s (%s API); the server's own policies decide",
+             live.endpoint, live.api.value)
+    run = replay_live(trace, live, high, progress=show)
+    return run.records, run.timeline, {"live": run.meta}

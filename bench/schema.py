@@ -3,7 +3,7 @@
 ``conf/bench.yaml`` places these nodes with ``_schema/bench_<name>@<key>``
 defaults entries before the chosen group options, so a misspelled key or a
 wrong type under ``trace.``, ``accelerator.``, ``model_profile.``, ``sim.``,
-``metrics.`` or ``output.`` fails at composition naming the field. Policy kinds
+``live.``, ``metrics.`` or ``output.`` fails at composition naming the field. Policy kinds
 (``+policy=``, ``+cache=``, ``+admission=``) are typed by their classes'
 signatures, exactly as for the server (``server/policy_spec.py``).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -128,6 +128,28 @@ class AcceleratorConfig:
     """Share of peak bandwidth weight/KV streaming reaches."""
     iteration_overhead_s: float = 0.003
     """Fixed time per forward iteration (scheduling, launch, sampling)."""
+    request_overhead_s: float = 0.0
+    """Time per request in a forward iteration (per-sequence work the FLOP and
+    byte counts miss: SGLang's torch-native attention loops over requests on CPU)."""
+    gemm_min_tokens: int = 0
+    """With ``gemm_overhead_s``: iterations over at least this many new tokens
+    pay that time once; 0 = off (see ``gemm_overhead_s``)."""
+    gemm_overhead_s: float = 0.0
+    """Extra time of an iteration whose linear layers run as matrix-matrix
+    products: a CPU BLAS packs the weights for them (one more pass over the
+    weights), while fewer tokens take the matrix-vector path."""
+    overlap_compute_memory: bool = True
+    """True: compute and memory traffic overlap, an iteration takes the larger
+    of the two (the roofline). False: they add (one CPU core packs and streams
+    the weights, then computes)."""
+    kv_bandwidth_efficiency: Optional[float] = None
+    """Share of peak bandwidth KV-cache traffic reaches; null = ``bandwidth_efficiency``
+    (on CPU the per-request gather and GQA copies make it far lower)."""
+    synchronous_forward: bool = False
+    """The forward pass runs on the scheduler's own thread (CPU). SGLang's
+    overlap loop processes an iteration's results after launching the next
+    iteration, so clients see an iteration's tokens when the next one ends
+    (when one follows at once). Applied to simulated token times."""
     mem_fraction_static: float = 0.85
     """SGLang's share of memory for weights + KV pool (the rest: activations)."""
     chunked_prefill_size: int = 8192
@@ -196,6 +218,67 @@ class SimConfig:
     this long after the last arrival or forward pass (they end ``unserved``)."""
 
 
+class LiveApi(enum.Enum):
+    """Which endpoint a live replay sends its token-id prompts to."""
+
+    completions = "completions"
+    """OpenAI ``/v1/completions`` (any OpenAI-compatible server); no per-request
+    cached-token counts."""
+    generate = "generate"
+    """SGLang's native ``/generate`` (``input_ids``); reports each request's
+    cached prompt tokens."""
+
+
+@dataclass
+class LiveConfig:
+    """Live replay against a real server, and the request shape it needs.
+
+    The length fields shape the trace for a small model in *both* modes, so a
+    simulated run with the same ``live.*`` lengths replays exactly the requests
+    a live run sends. With ``endpoint`` null and every length field at its
+    default, the trace is replayed unchanged, as before.
+    """
+
+    endpoint: Optional[str] = None
+    """Base URL of the server (``http://127.0.0.1:30000``); null = simulate."""
+    api: LiveApi = LiveApi.completions
+    """Endpoint kind (see ``LiveApi``)."""
+    model: str = "default"
+    """Model name sent with completions requests."""
+    input_scale: float = 1.0
+    """Multiply prompt lengths, and the trace's block size with them (Mooncake's
+    512-token blocks become 16-token blocks at 0.03125); block size times the
+    scale must be a whole number."""
+    output_scale: float = 1.0
+    """Multiply output lengths."""
+    max_input_tokens: Optional[int] = None
+    """Cut longer (scaled) prompts to this many tokens, keeping their leading blocks."""
+    max_output_tokens: Optional[int] = None
+    """Cap (scaled) output lengths."""
+    token_id_low: int = 17
+    """Lowest prompt token id (SmolLM2's special tokens are ids 0-16)."""
+    token_id_high: Optional[int] = None
+    """One past the highest prompt token id; null = ``model_profile.vocab_size``
+    (set it below special tokens at the top of a vocabulary: 128000 for Llama 3)."""
+    seed: int = 0
+    """Seed of the synthesized prompt tokens."""
+    keep_special_tokens: bool = True
+    """Send ``skip_special_tokens: false`` (SGLang and vLLM read it) so every
+    generated token streams as text and is timed; false for a strict OpenAI server."""
+    extra_body: Dict[str, Any] = field(default_factory=dict)
+    """Extra sampling fields: request-body fields for ``completions``,
+    ``sampling_params`` for ``generate``."""
+    warmup_requests: int = 2
+    """Short unrecorded requests sent first (the first forward passes are slow)."""
+    flush_cache: bool = True
+    """Flush the server's prefix cache after warm-up (SGLang ``/flush_cache``;
+    a warning where the server has none)."""
+    request_timeout_s: float = 1800.0
+    """A request still unanswered after this long counts as ``aborted``."""
+    loads_interval_s: float = 1.0
+    """Poll SGLang's ``/v1/loads`` this often for the queue timeline; 0 = off."""
+
+
 @dataclass
 class MetricsConfig:
     """SLOs and time windows of the reported metrics."""
@@ -229,5 +312,6 @@ def register_bench_schemas() -> None:
     cs.store(group="_schema", name="bench_accelerator", node=AcceleratorConfig)
     cs.store(group="_schema", name="bench_model_profile", node=ModelProfileConfig)
     cs.store(group="_schema", name="bench_sim", node=SimConfig)
+    cs.store(group="_schema", name="bench_live", node=LiveConfig)
     cs.store(group="_schema", name="bench_metrics", node=MetricsConfig)
     cs.store(group="_schema", name="bench_output", node=OutputConfig)

@@ -16,6 +16,24 @@ Bytes: the weights once per iteration (``P`` + the vocab projection, at
 ``dtype_bytes``), plus the KV cache read (prefill: the cached prefixes; decode:
 every running request's context) and written (the new tokens). KV bytes per
 token: ``2 * L * kv_heads * d * dtype_bytes``.
+
+Five accelerator fields extend the form for devices where the roofline alone
+does not fit (the CPU server); their defaults give the roofline above exactly,
+so GPU profiles are unchanged::
+
+    time = overhead + requests * request_overhead_s
+           + (gemm_overhead_s if new tokens >= gemm_min_tokens > 0)
+           + combine(FLOPs / (peak * mfu), weight bytes / bw + KV bytes / kv_bw)
+
+``combine`` is ``max`` (``overlap_compute_memory: true``) or ``+`` (false: one
+CPU core streams the weights, then computes); ``kv_bw`` is the peak bandwidth
+times ``kv_bandwidth_efficiency`` (null: ``bandwidth_efficiency``). Measured on
+the CPU server (``bench/scripts/calibrate_cpu.py``): iteration time grows with
+compute *plus* weight streaming; KV traffic is several times slower than weight
+streaming (SGLang's torch-native attention gathers and repeats each request's
+KV); each request adds a fixed cost (per-request attention calls); and an
+iteration jumps by a constant once it has ``gemm_min_tokens`` new tokens (the
+BLAS switches from matrix-vector to packed matrix-matrix products).
 """
 
 from __future__ import annotations
@@ -78,7 +96,14 @@ class CostModel:
         self.prefill_flops_per_s = accel.peak_tflops * 1e12 * accel.prefill_mfu
         self.decode_flops_per_s = accel.peak_tflops * 1e12 * accel.decode_mfu
         self.bytes_per_s = accel.memory_bandwidth_gbs * 1e9 * accel.bandwidth_efficiency
+        kv_eff = accel.kv_bandwidth_efficiency
+        self.kv_bytes_per_s = None if kv_eff is None else accel.memory_bandwidth_gbs * 1e9 * kv_eff
+        """None: KV traffic streams at ``bytes_per_s`` like the weights."""
         self.overhead = accel.iteration_overhead_s
+        self.request_overhead = accel.request_overhead_s
+        self.overlap = accel.overlap_compute_memory
+        self.gemm_min_tokens = accel.gemm_min_tokens
+        self.gemm_overhead = accel.gemm_overhead_s
 
     def kv_capacity_tokens(self) -> int:
         """KV pool size SGLang would allocate: ``memory * mem_fraction_static -
@@ -101,12 +126,24 @@ class CostModel:
         flops = 2 * s.linear_params * new + 2 * s.head_params * len(extends) \
             + 4 * s.attn_width * pairs
         kv_read = sum(p for _, p in extends)
-        nbytes = self.weight_bytes + (kv_read + new) * self.kv_bytes_per_token
-        return self.overhead + max(flops / self.prefill_flops_per_s, nbytes / self.bytes_per_s)
+        return self._time(len(extends), new, flops / self.prefill_flops_per_s, kv_read + new)
 
     def decode_time(self, batch: int, context_tokens: int) -> float:
         """One decode iteration: ``batch`` requests over ``context_tokens`` in total."""
         s = self.shape
         flops = 2 * (s.linear_params + s.head_params) * batch + 4 * s.attn_width * context_tokens
-        nbytes = self.weight_bytes + (context_tokens + batch) * self.kv_bytes_per_token
-        return self.overhead + max(flops / self.decode_flops_per_s, nbytes / self.bytes_per_s)
+        return self._time(batch, batch, flops / self.decode_flops_per_s, context_tokens + batch)
+
+    def _time(self, requests: int, new_tokens: int, compute_s: float, kv_tokens: int) -> float:
+        """Overheads plus compute and memory time combined (see module docs)."""
+        kv_bytes = kv_tokens * self.kv_bytes_per_token
+        if self.kv_bytes_per_s is None:
+            # NOTE: the original roofline's expression, so default profiles keep their exact times.
+            memory_s = (self.weight_bytes + kv_bytes) / self.bytes_per_s
+        else:
+            memory_s = self.weight_bytes / self.bytes_per_s + kv_bytes / self.kv_bytes_per_s
+        busy = max(compute_s, memory_s) if self.overlap else compute_s + memory_s
+        fixed = self.overhead + requests * self.request_overhead
+        if 0 < self.gemm_min_tokens <= new_tokens:
+            fixed += self.gemm_overhead
+        return fixed + busy

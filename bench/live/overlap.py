@@ -1,0 +1,95 @@
+"""When a client would see a simulated token, on a device whose forward pass is synchronous.
+
+SGLang's overlap loop (``Scheduler.event_loop_overlap``) launches iteration
+``i+1`` and only then processes iteration ``i``'s results (streams its tokens,
+frees finished requests). On a GPU the launch returns at once, so the lag is
+CPU bookkeeping time, folded into the cost model's overhead. On CPU the
+"launch" *is* the forward pass: iteration ``i``'s tokens reach clients when
+iteration ``i+1`` ends, or right away when nothing runs next (measured on the
+CPU server: TTFT with 1 output token = the prefill; with more = prefill + one
+decode step; the last token follows the one before it at once).
+
+The simulator's token times are iteration ends. ``IterationLog`` wraps its
+cost model to record every iteration's ``[start, end)``; ``client_visible``
+then moves each finished request's token times to the end of the iteration
+that followed back to back (``AcceleratorConfig.synchronous_forward``).
+
+Approximation (``NOTE``): only the times move. The later result processing
+does not delay freeing KV or releasing closed-loop followers in the simulation.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import replace
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from bench.metrics import RequestRecord
+
+
+class IterationLog:
+    """A cost model wrapper recording each iteration's start and end.
+
+    ``clock`` must return the simulator's time *before* the iteration:
+    the engine calls the cost model inside ``self.now += cost.<phase>_time(...)``,
+    which reads ``now`` before the call and adds the result after it.
+    """
+
+    def __init__(self, cost: Any, clock: Optional[Callable[[], float]] = None) -> None:
+        self.cost = cost
+        self.clock = clock
+        self.starts = array("d")
+        self.ends = array("d")
+
+    def __getattr__(self, name: str) -> Any:  # kv_capacity_tokens, shape, ...
+        return getattr(self.cost, name)
+
+    def _log(self, seconds: float) -> float:
+        assert self.clock is not None, "IterationLog.clock is set once the simulator exists"
+        start = self.clock()
+        self.starts.append(start)
+        # NOTE: the same float operation as the engine's ``now += seconds``,
+        # so every token time equals one logged end exactly.
+        self.ends.append(start + seconds)
+        return seconds
+
+    def prefill_time(self, extends: list[tuple[int, int]]) -> float:
+        return self._log(self.cost.prefill_time(extends))
+
+    def decode_time(self, batch: int, context_tokens: int) -> float:
+        return self._log(self.cost.decode_time(batch, context_tokens))
+
+    def visible_ends(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(ends, visible)``: each iteration's end, and when its tokens are seen."""
+        starts = np.frombuffer(self.starts, dtype=np.float64)
+        ends = np.frombuffer(self.ends, dtype=np.float64)
+        visible = ends.copy()
+        back_to_back = starts[1:] == ends[:-1]
+        visible[:-1][back_to_back] = ends[1:][back_to_back]
+        return ends, visible
+
+
+def client_visible(records: Sequence[RequestRecord], log: IterationLog) -> list[RequestRecord]:
+    """``records`` with finished requests' token times as a client sees them."""
+    ends, visible = log.visible_ends()
+    order = np.argsort(ends, kind="stable")
+    sorted_ends, sorted_visible = ends[order], visible[order]
+
+    def move(t: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(sorted_ends, t)
+        ok = (i < len(sorted_ends)) & (sorted_ends[np.minimum(i, len(sorted_ends) - 1)] == t)
+        if not ok.all():
+            raise ValueError("a token time is not the end of a logged iteration")
+        return sorted_visible[i]
+
+    out = []
+    for r in records:
+        if r.status != "finished" or r.first_token_s is None or r.finish_s is None:
+            out.append(r)
+            continue
+        first, finish = move(np.array([r.first_token_s, r.finish_s]))
+        times = move(r.token_times) if r.token_times is not None else None
+        out.append(replace(r, first_token_s=float(first), finish_s=float(finish), token_times=times))
+    return out

@@ -1,0 +1,232 @@
+"""Calibrate the ``cpu`` accelerator profile against the CPU server.
+
+    python -m bench.scripts.calibrate_cpu            # full sweep, ~10 min on a quiet machine
+    python -m bench.scripts.calibrate_cpu --quick    # a few points, ~3 min (development only)
+    python -m bench.scripts.calibrate_cpu --endpoint http://127.0.0.1:30000   # a running server
+    python -m bench.scripts.calibrate_cpu --refit results/calibration/<run>/cpu.json  # no server
+
+Starts ``python -m server model.dtype=float32`` (the server's real config
+otherwise) unless ``--endpoint`` is given, then measures with
+``bench.live.probe``: prefill time against prompt length (fresh prompts,
+``max_tokens=1``; client TTFT, and SGLang's own prefill busy time to show the
+fixed HTTP/tokenizer latency), prefill batches of several requests, decode
+step time against batch size and context (concurrent streams over a cached
+prompt), and the overlap loop's one-iteration lag. It fits the cost model
+(``bench.live.fit``) twice: the roofline as GPU profiles use it, and the
+additive CPU form; prints measured against modelled times; and writes
+``cpu.json`` (every point, both fits) and ``cpu.yaml`` (the fitted fields to
+put into ``conf/accelerator/cpu.yaml``) under ``--out`` (git-ignored ``results/``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Optional
+
+from bench.config import compose_bench, resolve_bench
+from bench.live.fit import ADDITIVE, ROOFLINE, Fit, Point, at_bound, fit, fit_additive
+from bench.live.probe import Probe
+from bench.live.replay import flush_cache
+from bench.live.server import ServerProcess
+from bench.schema import ModelProfileConfig
+from bench.sim.cost import CostModel
+
+#: Target relative error of every modelled point.
+TARGET = 0.15
+SERVER_OVERRIDES = ("model.dtype=float32",)
+#: The bench profiles being calibrated.
+BENCH = ["accelerator=cpu", "model_profile=smollm2-135m"]
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What to measure."""
+
+    prefill_lengths: tuple[int, ...]
+    repeats: int
+    batches: tuple[tuple[int, int], ...]
+    """(requests, prompt tokens) per prefill batch."""
+    blocker: int
+    decode_batches: tuple[int, ...]
+    decode_contexts: tuple[int, ...]
+    decode_tokens: int
+    max_decode_context: int
+    """Skip decode points with more context than this in total (time bound)."""
+    lag_lengths: tuple[int, ...]
+
+
+FULL = Sweep(prefill_lengths=(1, 2, 3, 4, 5, 6, 8, 12, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096),
+             repeats=3, batches=((2, 64), (4, 64), (8, 32), (4, 256), (16, 16)), blocker=512,
+             decode_batches=(1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32), decode_contexts=(16, 512, 2048),
+             decode_tokens=32, max_decode_context=32768, lag_lengths=(16, 256))
+QUICK = Sweep(prefill_lengths=(2, 4, 64, 256), repeats=1, batches=((4, 64),), blocker=256,
+              decode_batches=(1, 2, 4, 16), decode_contexts=(16, 512), decode_tokens=16,
+              max_decode_context=8192, lag_lengths=(64,))
+
+
+async def measure(probe: Probe, sweep: Sweep) -> dict[str, Any]:
+    """Every measurement of ``sweep`` (see module docs), as JSON-ready rows."""
+    for _ in range(3):  # NOTE: the first forward passes of a fresh server are slow
+        await probe.send(probe.fresh_prompt(32), 8)
+    prefill = []
+    for n in sweep.prefill_lengths:
+        runs = [await probe.prefill(n) for _ in range(sweep.repeats)]
+        prefill.append({"tokens": n, "client_s": [c for c, _ in runs],
+                        "server_s": [s for _, s in runs if s is not None]})
+        print(f"prefill {n:>5}: client {min(c for c, _ in runs) * 1e3:8.1f} ms", flush=True)
+    batches = []
+    for k, n in sweep.batches:
+        runs = [await probe.prefill_batch(k, n, sweep.blocker) for _ in range(sweep.repeats)]
+        batches.append({"requests": k, "tokens": n, "server_s": [s for s in runs if s is not None]})
+        print(f"prefill {k} x {n}: {[round(s * 1e3, 1) for s in runs if s is not None]} ms", flush=True)
+    decode = []
+    for c in sweep.decode_contexts:
+        for b in sweep.decode_batches:
+            if b * (c + sweep.decode_tokens) > sweep.max_decode_context:
+                continue
+            sample = await probe.decode(b, c, sweep.decode_tokens)
+            decode.append({"batch": b, **asdict(sample)})
+            print(f"decode {b:>3} x {sample.context_per_request:>5}: {sample.step_s * 1e3:8.1f} ms "
+                  f"({sample.gaps} gaps)", flush=True)
+    lag = []
+    for n in sweep.lag_lengths:
+        one = min([await probe.ttft(n, 1) for _ in range(sweep.repeats)])
+        many = min([await probe.ttft(n, 8) for _ in range(sweep.repeats)])
+        lag.append({"tokens": n, "ttft_1_s": one, "ttft_8_s": many})
+    return {"prefill": prefill, "prefill_batches": batches, "decode": decode, "lag": lag}
+
+
+def points_of(data: dict[str, Any]) -> list[Point]:
+    """Fit points: the fastest repeat of each prefill (least disturbed by the
+    machine), the median decode gap."""
+    pts = [Point("prefill", 1, row["tokens"], min(row["client_s"])) for row in data["prefill"]]
+    pts += [Point("prefill", row["requests"], row["tokens"], min(row["server_s"]))
+            for row in data["prefill_batches"] if row["server_s"]]
+    pts += [Point("decode", row["batch"], row["context_per_request"], row["step_s"])
+            for row in data["decode"]]
+    return pts
+
+
+def lag_verdict(data: dict[str, Any], fitted: Fit, model: ModelProfileConfig) -> dict[str, Any]:
+    """Whether TTFT with more than one output token includes one decode step
+    (``synchronous_forward``): measured extra TTFT against a modelled decode step."""
+    cost = CostModel(fitted.accelerator, model)
+    rows = []
+    for row in data["lag"]:
+        step = cost.decode_time(1, row["tokens"] + 1)
+        rows.append({**row, "extra_s": row["ttft_8_s"] - row["ttft_1_s"], "decode_step_s": step})
+    lagged = bool(rows) and all(r["extra_s"] > 0.5 * r["decode_step_s"] for r in rows)
+    return {"synchronous_forward": lagged, "rows": rows}
+
+
+def table(points: list[Point], fits: list[Fit]) -> str:
+    """Measured against modelled time per point."""
+    head = f"{'point':<26} {'measured':>10}" + "".join(f" {f.form.name:>20}" for f in fits)
+    lines = [head, "-" * len(head)]
+    for i, p in enumerate(points):
+        cells = "".join(f" {p.measured_s * (1 + f.errors[i]) * 1e3:10.1f} ({f.errors[i]:+6.1%})"
+                        for f in fits)
+        lines.append(f"{p.label:<26} {p.measured_s * 1e3:8.1f}ms{cells}")
+    lines.append("-" * len(head))
+    lines.append(f"{'max |error|':<37}" + "".join(f" {f.max_abs_error:>20.1%}" for f in fits))
+    lines.append(f"{'mean |error|':<37}" + "".join(f" {f.mean_abs_error:>20.1%}" for f in fits))
+    return "\n".join(lines)
+
+
+def fitted_fields(best: Fit, lag: dict[str, Any]) -> dict[str, str]:
+    """Every field the calibration sets, as YAML/Hydra value text."""
+    def text(value: Any) -> str:
+        if value is None:
+            return "null"
+        if isinstance(value, bool):
+            return str(value).lower()
+        return str(value) if isinstance(value, int) else f"{value:.4g}"
+
+    fields = {key: text(value) for key, value in best.params().items()}
+    fields["synchronous_forward"] = text(lag["synchronous_forward"])
+    return fields
+
+
+def yaml_snippet(best: Fit, lag: dict[str, Any]) -> str:
+    """The fitted fields as ``conf/accelerator/cpu.yaml`` lines."""
+    lines = [f"# fitted by bench.scripts.calibrate_cpu ({best.form.name} form, max |error| "
+             f"{best.max_abs_error:.1%}, mean {best.mean_abs_error:.1%})"]
+    lines += [f"{key}: {value}" for key, value in fitted_fields(best, lag).items()]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="a few points only (development)")
+    ap.add_argument("--endpoint", help="measure this running server instead of starting one")
+    ap.add_argument("--refit", type=Path, help="fit the measurements of an earlier cpu.json again")
+    ap.add_argument("--out", type=Path, default=Path("results") / "calibration"
+                    / datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
+    args = ap.parse_args()
+    sweep = QUICK if args.quick else FULL
+    settings = resolve_bench(compose_bench(BENCH))
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    async def run(url: str) -> dict[str, Any]:
+        flush_cache(url)  # NOTE: and fresh prompts (a new seed per probe): nothing is cached
+        return await measure(Probe(url, settings.model_profile.vocab_size), sweep)
+
+    if args.refit:
+        data = json.loads(args.refit.read_text())["measurements"]
+    elif args.endpoint:
+        data = asyncio.run(run(args.endpoint))
+    else:
+        with ServerProcess(list(SERVER_OVERRIDES), args.out / "server.log") as server:
+            data = asyncio.run(run(server.base_url))
+
+    points = points_of(data)
+    batched = any(p.kind == "prefill" and p.requests > 1 for p in points)
+    additive = ADDITIVE if batched else ADDITIVE.without("request_overhead_s")
+    fits = [fit(points, settings.accelerator, settings.model_profile, ROOFLINE),
+            fit_additive(points, settings.accelerator, settings.model_profile, additive)]
+    roofline, additive = fits
+    # NOTE: the roofline's form is kept unless it misses the target and the extension does better.
+    best = roofline if roofline.max_abs_error <= TARGET or roofline.max_abs_error <= additive.max_abs_error \
+        else additive
+    lag = lag_verdict(data, best, settings.model_profile)
+    print(table(points, fits))
+    latency = _latency(data)
+    print(f"\nfixed client latency (client TTFT - server prefill time, median): "
+          + (f"{latency * 1e3:.1f} ms" if latency is not None else "not reported by the server"))
+    for row in lag["rows"]:
+        print(f"lag: {row['tokens']}-token prompt: TTFT(8 tokens) - TTFT(1 token) = "
+              f"{row['extra_s'] * 1e3:.1f} ms, one modelled decode step = {row['decode_step_s'] * 1e3:.1f} ms")
+    snippet = yaml_snippet(best, lag)
+    print(f"\n{best.form.name} form chosen ({best.form.doc}); for conf/accelerator/cpu.yaml:\n{snippet}")
+    if best.max_abs_error > TARGET:
+        print(f"WARNING: max |error| {best.max_abs_error:.1%} exceeds {TARGET:.0%}: see the table")
+    for key in at_bound(best):
+        print(f"WARNING: {key} reached 1: the CPU may beat the configured peak "
+              "(peak_tflops / memory_bandwidth_gbs in cpu.yaml); raise the peak and refit")
+    (args.out / "cpu.yaml").write_text(snippet)
+    (args.out / "cpu.json").write_text(json.dumps({
+        "sweep": asdict(sweep), "server_overrides": list(SERVER_OVERRIDES),
+        "endpoint": args.endpoint, "measurements": data, "client_latency_s": latency, "lag": lag,
+        "points": [asdict(p) | {"label": p.label} for p in points],
+        "fits": {f.form.name: {"doc": f.form.doc, "params": f.params(), "errors": f.errors.tolist(),
+                               "max_abs_error": f.max_abs_error, "mean_abs_error": f.mean_abs_error}
+                 for f in fits},
+        "chosen": best.form.name,
+        "overrides": [f"accelerator.{k}={v}" for k, v in fitted_fields(best, lag).items()],
+    }, indent=1))
+    print(f"wrote {args.out / 'cpu.json'} and {args.out / 'cpu.yaml'}")
+
+
+def _latency(data: dict[str, Any]) -> Optional[float]:
+    diffs = [min(row["client_s"]) - min(row["server_s"]) for row in data["prefill"] if row["server_s"]]
+    return statistics.median(diffs) if diffs else None
+
+
+if __name__ == "__main__":
+    main()
