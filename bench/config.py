@@ -19,8 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 from bench.schema import (AcceleratorConfig, LiveConfig, MetricsConfig, ModelProfileConfig,
                           OutputConfig, SimConfig, TraceConfig, register_bench_schemas)
 from bench.traces.paths import resolve_data_root
-from server.config import CONF_DIR, ConfigError, one_line
-from server.policy_spec import PolicySpec, build_policy, specs_from_config
+from server.config import ConfigError, compose, one_line
+from server.policy_spec import PolicySpec, build_policy, describe_policies, specs_from_config
 
 #: The bench's root config in ``conf/``.
 BENCH_CONFIG_NAME = "bench"
@@ -31,22 +31,14 @@ DEFAULT_GROUPS = ("trace", "accelerator", "model_profile")
 def compose_bench(overrides: Sequence[str] = ()) -> DictConfig:
     """Compose ``conf/bench.yaml`` with ``overrides``; mistakes raise a
     one-line ``ConfigError`` naming the field or option."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
     register_bench_schemas()
-    GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return hydra_compose(config_name=BENCH_CONFIG_NAME, overrides=list(overrides))
-    except Exception as exc:  # hydra raises many types; all become one line
-        message = one_line(exc)
+        return compose(overrides, config_name=BENCH_CONFIG_NAME)
+    except ConfigError as exc:
+        message = str(exc)
         for group in DEFAULT_GROUPS:  # NOTE: chosen without `+`: they have defaults
             message = message.replace(f"+{group}=", f"{group}=")
-        raise ConfigError(message) from exc
-    finally:
-        GlobalHydra.instance().clear()
+        raise ConfigError(message) from exc.__cause__
 
 
 @dataclass(frozen=True)
@@ -76,14 +68,7 @@ class BenchSettings:
 
     def describe(self) -> list[str]:
         """One line per policy kind: the chosen class or SGLang's built-in."""
-        from policies import KINDS
-
-        lines = []
-        for kind in KINDS:
-            spec = self.policies.get(kind.group)
-            what = f"{spec.target} {spec.params or ''}".strip() if spec else "sglang built-in"
-            lines.append(f"{kind.group:<9} ({kind.package}): {what}")
-        return lines
+        return describe_policies(self.policies)
 
 
 def _typed(node: DictConfig, cls: type) -> Any:

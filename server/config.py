@@ -21,8 +21,9 @@ class ConfigError(ValueError):
     """A config mistake; its message is one line naming the field or option."""
 
 
-def compose(overrides: Sequence[str] = ()) -> DictConfig:
-    """Compose ``conf/config.yaml`` with command-line ``overrides``.
+def compose(overrides: Sequence[str] = (), config_name: str = CONFIG_NAME) -> DictConfig:
+    """Compose ``conf/<config_name>.yaml`` (the server's by default) with
+    command-line ``overrides``.
 
     Raises ``ConfigError`` with a one-line message on any mistake.
     """
@@ -34,7 +35,7 @@ def compose(overrides: Sequence[str] = ()) -> DictConfig:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return hydra_compose(config_name=CONFIG_NAME, overrides=list(overrides))
+            return hydra_compose(config_name=config_name, overrides=list(overrides))
     except Exception as exc:  # hydra raises many types; all become one line
         raise ConfigError(one_line(exc)) from exc
     finally:

@@ -108,3 +108,13 @@ def _validated_params(spec: PolicySpec, cls: type) -> dict[str, Any]:
             msg = exc.errors()[0]["msg"]
             raise ConfigError(f"invalid value for '{spec.group}.{name}': {msg} (got {value!r})") from None
     return out
+
+
+def describe_policies(policies: Mapping[str, PolicySpec]) -> list[str]:
+    """One log line per policy kind: the chosen class and parameters, or SGLang's built-in."""
+    lines = []
+    for kind in KINDS:
+        spec = policies.get(kind.group)
+        what = f"{spec.target} {spec.params or ''}".strip() if spec else "sglang built-in"
+        lines.append(f"{kind.group:<9} ({kind.package}): {what}")
+    return lines

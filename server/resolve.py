@@ -12,7 +12,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from server.config import ConfigError
-from server.policy_spec import PolicySpec, specs_from_config
+from server.policy_spec import PolicySpec, describe_policies, specs_from_config
 from server.schema import Device, DType
 
 log = logging.getLogger("switchboard")
@@ -127,11 +127,4 @@ def resolve(cfg: DictConfig) -> LaunchPlan:
 
 def describe(plan: LaunchPlan) -> list[str]:
     """One log line per policy kind (chosen option or SGLang built-in)."""
-    from policies import KINDS
-
-    lines = []
-    for kind in KINDS:
-        spec = plan.policies.get(kind.group)
-        what = f"{spec.target} {spec.params or ''}".strip() if spec else "sglang built-in"
-        lines.append(f"{kind.group:<9} ({kind.package}): {what}")
-    return lines
+    return describe_policies(plan.policies)
