@@ -145,6 +145,9 @@ def _simulate(settings: BenchSettings, trace: Trace, cost: CostModel, sim_settin
         "sim": asdict(sim_settings), "iterations": sim.num_iterations,
         "decode_steps": sim.running.step, "simulated_s": sim.now,
         "evicted_tokens": sim.cache.num_evicted_tokens,
+        "evicted_recomputed_tokens": sim.evicted_recomputed_tokens,
+        "gap_recomputed_tokens": sim.gap_recomputed_tokens,
+        "restored_tokens": sim.restored_tokens,
         "token_times": "as clients see them (synchronous forward: one iteration late)" if sync
         else "iteration ends",
     }

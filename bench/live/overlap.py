@@ -55,8 +55,9 @@ class IterationLog:
         self.ends.append(start + seconds)
         return seconds
 
-    def prefill_time(self, extends: list[tuple[int, int]]) -> float:
-        return self._log(self.cost.prefill_time(extends))
+    def prefill_time(self, extends: list[tuple[int, int]], *gap_work: Any) -> float:
+        """The cost model's prefill time (``gap_work``: its gaps and extra seconds)."""
+        return self._log(self.cost.prefill_time(extends, *gap_work))
 
     def decode_time(self, batch: int, context_tokens: int) -> float:
         return self._log(self.cost.decode_time(batch, context_tokens))

@@ -24,6 +24,7 @@ from bench.metrics import RequestRecord, Timeline
 from bench.sim.cache import PrefixCache
 from bench.sim.cost import CostModel
 from bench.sim.engine import SimulationError, Simulator
+from bench.sim.host_tier import HostTier
 from bench.sim.queue import WaitingQueue
 from bench.sim.request import Phase, SimRequest
 from bench.sim.settings import SimSettings
@@ -43,8 +44,14 @@ def build_simulator(trace: Trace, cost: CostModel, settings: SimSettings, *,
                     eviction: Optional[EvictionPolicy] = None,
                     admission: Optional[AdmissionPolicy] = None) -> Simulator:
     """A simulator for ``trace``; a kind left ``None`` behaves as stock SGLang
-    (queue kept in arrival order, LRU eviction, every request admitted)."""
-    cache = PrefixCache(max(trace.block_size, 1), eviction if eviction is not None else LruPolicy())
+    (queue kept in arrival order, LRU eviction, every request admitted). An
+    eviction policy with ``host_tier_tokens > 0`` (``policies.cache.HostTier``)
+    gets a host tier of that size."""
+    policy = eviction if eviction is not None else LruPolicy()
+    tier_tokens = int(getattr(policy, "host_tier_tokens", 0) or 0)
+    host = HostTier(tier_tokens, float(getattr(policy, "host_bandwidth_gbs", 50.0))) \
+        if tier_tokens > 0 else None
+    cache = PrefixCache(max(trace.block_size, 1), policy, host=host)
     queue = WaitingQueue(cache, order, in_batch_threshold=settings.in_batch_threshold,
                          native_queue_limit=settings.native_queue_limit,
                          touch=settings.touch_waiting, builtin_lru=eviction is None)

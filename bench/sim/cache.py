@@ -16,10 +16,22 @@ Block ids are prefix-chained (``bench.traces.trace``), so a block id names its
 whole prefix: ``_node_of`` maps every cached block to its node, a match is a
 binary search over the request's blocks, and the cached set is prefix-closed.
 
-Token accounting (``NOTE``: the invariants ``check()`` asserts)::
+Gaps (Penelope, ``bench/sim/gaps.py`` has the request side): a policy with
+``evicts_interior`` is offered unlocked *interior* nodes too, and freeing one
+makes it *hollow*: its keys stay (matches still run through it), its KV is
+freed. A match through hollow nodes has a cached prefix, gap(s) and a cached
+tail; the request recomputes only the gaps (``fill_path``). With a host tier
+(``host_tier.HostTier``) a freed node keeps its keys and a host copy instead,
+and is restored rather than recomputed. A hollow node with no children and no
+host copy is useless and is removed (with hollow ancestors left childless).
+Tail-only policies without a host tier never make a node hollow, so their
+behaviour is exactly the tail-only radix tree above.
 
-    tree_tokens      = sum(node.num_tokens for every cached node)
-    evictable_tokens = sum(node.num_tokens for nodes with lock_ref == 0)
+Token accounting (``NOTE``: the invariants ``check()`` asserts; ``kv(n)`` is
+``n.num_tokens``, or 0 for a hollow node)::
+
+    tree_tokens      = sum(kv(node) for every cached node)
+    evictable_tokens = sum(kv(node) for nodes with lock_ref == 0)
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ import itertools
 from array import array
 from typing import Callable, Iterator, Optional
 
+from bench.sim.host_tier import HostTier
 from policies.cache import BlockView, EvictionPolicy
 
 
@@ -37,7 +50,8 @@ class Node:
 
     __slots__ = ("id", "parent", "children", "blocks", "start", "num_tokens", "lock_ref",
                  "waiting_ref", "last_access", "created", "hit_count", "priority",
-                 "sibling_key", "version", "attached")
+                 "sibling_key", "version", "attached", "hollow", "on_host", "host_stamp",
+                 "session", "others")
 
     def __init__(self, node_id: int, parent: Optional["Node"], blocks: array, start: int,
                  num_tokens: int, now: float, sibling_key: int) -> None:
@@ -59,6 +73,20 @@ class Node:
         """Orders siblings as SGLang's insertion-ordered ``children`` dict."""
         self.version = 0
         self.attached = True
+        self.hollow = False
+        """Keys kept, KV freed (see module docs)."""
+        self.on_host = False
+        """A hollow node whose KV the host tier holds."""
+        self.host_stamp = 0
+        self.session: Optional[str] = None
+        """First session that inserted through the node."""
+        self.others: Optional[set[str]] = None
+        """Other sessions that did."""
+
+    @property
+    def kv_tokens(self) -> int:
+        """KV slots the node owns (0 when hollow)."""
+        return 0 if self.hollow else self.num_tokens
 
     @property
     def end(self) -> int:
@@ -69,9 +97,14 @@ class Node:
 class PrefixCache:
     """Radix tree of prefix blocks with locks and policy-ranked eviction."""
 
-    def __init__(self, block_size: int, policy: EvictionPolicy, touch_waiting: bool = False) -> None:
+    def __init__(self, block_size: int, policy: EvictionPolicy, touch_waiting: bool = False,
+                 host: Optional[HostTier] = None) -> None:
         self.block_size = block_size
         self.policy = policy
+        self.hollows = bool(getattr(policy, "evicts_interior", False))
+        """Interior nodes may be freed (made hollow), not only leaves."""
+        self.host = host
+        """The host tier freed nodes go to, if any."""
         self.touch_waiting = touch_waiting
         """Waiting requests' prefixes count as accessed at every pass."""
         self._ids = itertools.count()
@@ -79,6 +112,8 @@ class PrefixCache:
         self.root = Node(next(self._ids), None, array("q"), 0, 0, 0.0, next(self._keys))
         self.root.lock_ref = 1  # NOTE: the root is never evicted
         self._node_of: dict[int, Node] = {}
+        self._seen: set[int] = set()
+        """Every block ever inserted (``seen_tokens``)."""
         self.tree_tokens = 0
         self.evictable_tokens = 0
         self.touch_time = 0.0
@@ -145,18 +180,85 @@ class PrefixCache:
 
     def unlocked_tokens_on_path(self, node: Node) -> int:
         """Tokens a lock on ``node`` would take out of the evictable pool."""
-        return sum(n.num_tokens for n in self.path(node) if n.lock_ref == 0)
+        return sum(n.kv_tokens for n in self.path(node) if n.lock_ref == 0)
+
+    @property
+    def may_have_gaps(self) -> bool:
+        """Whether any node can be hollow (hollowing policy or a host tier)."""
+        return self.hollows or self.host is not None
+
+    def seen_tokens(self, blocks: Optional[array], input_tokens: int) -> int:
+        """Tokens of the longest prefix of ``blocks`` ever inserted (cached now or
+        before): what an unbounded cache would hold of this prompt."""
+        if not blocks or blocks[0] not in self._seen:
+            return 0
+        lo, hi = 1, len(blocks)
+        while lo < hi:  # NOTE: the inserted set is prefix-closed: membership is monotone
+            mid = (lo + hi + 1) // 2
+            if blocks[mid - 1] in self._seen:
+                lo = mid
+            else:
+                hi = mid - 1
+        return self.tokens_of(lo, input_tokens)
+
+    def hollow_tokens(self, node: Node) -> int:
+        """Tokens of the hollow nodes on the path to ``node`` (its gaps)."""
+        return sum(n.num_tokens for n in self.path(node) if n.hollow)
+
+    def fill_path(self, node: Node) -> tuple[list[tuple[int, int]], int]:
+        """Give the hollow nodes on the path to ``node`` their KV back (the
+        caller made room for ``hollow_tokens(node)`` slots and holds a lock on
+        the path). Return the gaps to recompute, ``(tokens, start position)``
+        in path order with adjacent nodes merged, and the tokens restored from
+        the host tier instead."""
+        gaps: list[tuple[int, int]] = []
+        restored = 0
+        for n in reversed(list(self.path(node))):
+            if not n.hollow:
+                continue
+            if n.on_host:
+                restored += n.num_tokens
+            else:
+                start = n.start * self.block_size
+                if gaps and gaps[-1][0] + gaps[-1][1] == start:
+                    gaps[-1] = (gaps[-1][0] + n.num_tokens, gaps[-1][1])
+                else:
+                    gaps.append((n.num_tokens, start))
+            self._fill(n)
+        if self.host is not None:
+            self.host.num_restored_tokens += restored
+        return gaps, restored
+
+    def _fill(self, n: Node) -> None:
+        """A hollow node gets its KV back (recomputed, restored or inserted)."""
+        if self.host is not None:
+            self.host.discard(n)
+        n.hollow = False
+        self.tree_tokens += n.num_tokens
+        if n.lock_ref == 0:
+            self.evictable_tokens += n.num_tokens
+        self._offer(n)
 
     # ---------------------------------------------------------------- insert
     def insert(self, blocks: array, input_tokens: int, now: float, inserted_blocks: int = 0,
-               priority: int = 0) -> tuple[Node, int]:
+               priority: int = 0, session: Optional[str] = None) -> tuple[Node, int]:
         """Cache ``blocks`` (a prompt's leading blocks); return the node the path
         ends in and the tokens newly added to the tree. ``inserted_blocks``: how
-        many of them this request inserted before (not counted as hits again)."""
+        many of them this request inserted before (not counted as hits again).
+        A hollow node past ``inserted_blocks`` takes the request's own KV."""
         matched, node = self.match(blocks, now, touch=True)
         for n in self.path(node):
             if n.end > inserted_blocks:
                 n.hit_count += 1
+                if n.hollow:
+                    self._fill(n)
+            if session is not None and session != n.session:
+                if n.session is None:
+                    n.session = session
+                elif n.others is None:
+                    n.others = {session}
+                else:
+                    n.others.add(session)
             n.priority = max(n.priority, priority)
             n.last_access = now
             self._offer(n)  # NOTE: its rank may have changed: re-rank it
@@ -167,14 +269,18 @@ class PrefixCache:
         leaf = Node(next(self._ids), node, tail, matched, tokens, now, next(self._keys))
         leaf.hit_count = 1
         leaf.priority = priority
+        leaf.session = session
         was_leaf = not node.children
         node.children[tail[0]] = leaf
         self.num_nodes += 1
         for b in tail:
             self._node_of[b] = leaf
+        self._seen.update(tail)
         self.tree_tokens += tokens
         self.evictable_tokens += tokens
-        if was_leaf:
+        if self.hollows:
+            self._offer(node)  # NOTE: still a candidate; its rank may see the new child
+        elif was_leaf:
             node.version += 1  # NOTE: no longer a leaf: its heap entries are stale
         self._offer(leaf)
         if self.on_insert is not None:
@@ -190,6 +296,8 @@ class PrefixCache:
                     node.last_access, node.sibling_key)
         head.created, head.hit_count, head.priority = node.created, node.hit_count, node.priority
         head.lock_ref, head.waiting_ref = node.lock_ref, node.waiting_ref
+        head.hollow, head.on_host, head.host_stamp = node.hollow, node.on_host, node.host_stamp
+        head.session, head.others = node.session, None if node.others is None else set(node.others)
         # NOTE: same dict key, so the head keeps the child's place among siblings.
         parent.children[node.blocks[0]] = head
         node.blocks = node.blocks[k:]
@@ -201,7 +309,12 @@ class PrefixCache:
         self.num_nodes += 1
         for b in head.blocks:
             self._node_of[b] = head
+        if head.on_host:
+            assert self.host is not None
+            self.host.split(head)
         self._offer(node)
+        if self.hollows:
+            self._offer(head)  # NOTE: an interior node is a candidate too
         return head
 
     # ------------------------------------------------------------------ locks
@@ -209,7 +322,7 @@ class PrefixCache:
         """Protect the path to ``node`` from eviction (a running request)."""
         for n in self.path(node):
             if n.lock_ref == 0:
-                self.evictable_tokens -= n.num_tokens
+                self.evictable_tokens -= n.kv_tokens
             n.lock_ref += 1
 
     def unlock(self, node: Node) -> None:
@@ -218,7 +331,7 @@ class PrefixCache:
             n.lock_ref -= 1
             assert n.lock_ref >= 0, "unlock without lock"
             if n.lock_ref == 0:
-                self.evictable_tokens += n.num_tokens
+                self.evictable_tokens += n.kv_tokens
                 self._offer(n)
 
     def add_waiter(self, node: Node) -> None:
@@ -227,7 +340,7 @@ class PrefixCache:
             return
         for n in self.path(node):
             n.waiting_ref += 1
-            if n.waiting_ref == 1 and self._is_evictable_leaf(n):
+            if n.waiting_ref == 1 and self._is_evictable(n):
                 self._touched_leaves.add(n)
 
     def remove_waiter(self, node: Node) -> None:
@@ -248,9 +361,9 @@ class PrefixCache:
     # --------------------------------------------------------------- eviction
     def evict(self, num_tokens: int) -> int:
         """Free at least ``num_tokens`` cached tokens if that many are
-        evictable (whole leaves, smallest rank first); return the tokens freed."""
+        evictable (whole nodes, smallest rank first); return the tokens freed."""
         for n in list(self._touched_leaves):
-            if self._is_evictable_leaf(n):
+            if self._is_evictable(n):
                 n.version += 1
                 self._push(n)
             else:
@@ -259,13 +372,50 @@ class PrefixCache:
         heap = self._heap
         while freed < num_tokens and heap:
             _, _, version, node = heapq.heappop(heap)
-            if version != node.version or not self._is_evictable_leaf(node):
+            if version != node.version or not self._is_evictable(node):
                 continue
-            freed += self._remove_leaf(node)
+            freed += self._free(node)
         self.num_evicted_tokens += freed
         if len(heap) > 4 * self.num_nodes + 1024:
             self._rebuild_heap()
         return freed
+
+    def _free(self, node: Node) -> int:
+        """Free an evictable node's KV: to the host tier (keys kept), hollow
+        (an interior node), or removed (a leaf); return the tokens freed."""
+        tokens = node.num_tokens
+        if self.host is not None and self.host.fits(tokens):
+            self._hollow(node)
+            for dropped in self.host.add(node):
+                self._prune(dropped)
+            return tokens
+        if node.children:
+            self._hollow(node)
+            return tokens
+        parent = node.parent
+        freed = self._remove_leaf(node)
+        if self.hollows:
+            assert parent is not None
+            self._prune(parent)
+        return freed
+
+    def _hollow(self, node: Node) -> None:
+        node.hollow = True
+        node.version += 1
+        self.tree_tokens -= node.num_tokens
+        self.evictable_tokens -= node.num_tokens
+        self._touched_leaves.discard(node)
+        assert node.parent is not None
+        self._offer(node.parent)  # NOTE: may have become a leaf of KV
+
+    def _prune(self, n: Node) -> None:
+        """Remove ``n`` and then its ancestors while they are useless: hollow,
+        childless, without a host copy, unlocked."""
+        while (n.parent is not None and n.attached and n.hollow and not n.on_host
+               and not n.children and n.lock_ref == 0):
+            parent = n.parent
+            self._remove_leaf(n)
+            n = parent
 
     def _remove_leaf(self, node: Node) -> int:
         parent = node.parent
@@ -276,23 +426,29 @@ class PrefixCache:
         node.attached = False
         self.num_nodes -= 1
         self._touched_leaves.discard(node)
-        self.tree_tokens -= node.num_tokens
-        self.evictable_tokens -= node.num_tokens
+        kv = node.kv_tokens
+        self.tree_tokens -= kv
+        self.evictable_tokens -= kv
         if self.on_evict is not None:
             self.on_evict(node)
-        if not parent.children:
+        if not parent.children or self.hollows or self.host is not None:
             self._offer(parent)
-        return node.num_tokens
+        return kv
 
-    def _is_evictable_leaf(self, n: Node) -> bool:
-        return n.attached and n.parent is not None and not n.children and n.lock_ref == 0
+    def _is_evictable(self, n: Node) -> bool:
+        """Unlocked, owns KV, and a leaf of KV (or any node, when hollowing)."""
+        if not n.attached or n.parent is None or n.lock_ref or n.hollow:
+            return False
+        if not n.children or self.hollows:
+            return True
+        return all(c.hollow for c in n.children.values())
 
     def _offer(self, n: Node) -> None:
         """Queue ``n`` for eviction if it is an unlocked leaf now.
 
         NOTE: a leaf waiting requests touch is also remembered: its rank moves
         with every pass, so ``evict`` re-ranks it before each eviction."""
-        if not self._is_evictable_leaf(n):
+        if not self._is_evictable(n):
             return
         n.version += 1
         self._push(n)
@@ -303,7 +459,7 @@ class PrefixCache:
         heapq.heappush(self._heap, (self.policy.rank(self.view(n)), n.id, n.version, n))
 
     def _rebuild_heap(self) -> None:
-        live = {n for *_, n in self._heap if self._is_evictable_leaf(n) and n.waiting_ref == 0}
+        live = {n for *_, n in self._heap if self._is_evictable(n) and n.waiting_ref == 0}
         self._heap = []
         for n in live:
             n.version += 1
@@ -326,7 +482,8 @@ class PrefixCache:
             last = max(last, self.touch_time)
         return BlockView(block_id=n.id, num_tokens=n.num_tokens, prefix_len=n.start * self.block_size,
                          last_access=last, created=n.created, hit_count=n.hit_count,
-                         priority=n.priority, num_children=len(n.children))
+                         priority=n.priority, num_children=len(n.children),
+                         num_sessions=1 if n.others is None else 1 + len(n.others))
 
     # ------------------------------------------------------------- integrity
     def nodes(self) -> Iterator[Node]:
@@ -347,10 +504,14 @@ class PrefixCache:
             assert n.start == n.parent.end, "node does not continue its parent"
             count += 1
             blocks += len(n.blocks)
-            tree += n.num_tokens
-            evictable += n.num_tokens if n.lock_ref == 0 else 0
+            tree += n.kv_tokens
+            evictable += n.kv_tokens if n.lock_ref == 0 else 0
+            assert not n.on_host or n.hollow, "a host copy of a node with device KV"
+            assert not n.hollow or n.on_host or n.children or n.lock_ref, "useless hollow node"
             # NOTE: a lock covers the whole path, so a parent is locked at least as often.
             assert n.parent is self.root or n.parent.lock_ref >= n.lock_ref, "lock not on a path"
         assert count == self.num_nodes and blocks == len(self._node_of)
         assert tree == self.tree_tokens, (tree, self.tree_tokens)
         assert evictable == self.evictable_tokens, (evictable, self.evictable_tokens)
+        if self.host is not None:
+            assert self.host.held(self.nodes()) == self.host.used <= self.host.capacity

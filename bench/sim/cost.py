@@ -39,6 +39,7 @@ BLAS switches from matrix-vector to packed matrix-matrix products).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from bench.schema import AcceleratorConfig, ModelProfileConfig
 
@@ -118,15 +119,25 @@ class CostModel:
                              f"no memory left for the KV cache")
         return tokens
 
-    def prefill_time(self, extends: list[tuple[int, int]]) -> float:
-        """One prefill iteration over ``(extend, prefix)`` pairs."""
+    def prefill_time(self, extends: list[tuple[int, int]],
+                     gaps: Sequence[tuple[int, int]] = (), extra_s: float = 0.0) -> float:
+        """One prefill iteration over ``(extend, prefix)`` pairs, one per request.
+
+        ``gaps``: ``(tokens, start)`` segments of those requests' cached paths
+        recomputed in the same pass at their original positions (each token
+        attends to everything before it); they add linear, attention and KV
+        traffic, but no per-request cost (no request or LM-head row of their own).
+        ``extra_s``: seconds added to the iteration, not overlapped with it
+        (restoring host-tier KV before the pass)."""
         s = self.shape
-        new = sum(e for e, _ in extends)
-        pairs = sum(e * p + e * (e + 1) / 2 for e, p in extends)
+        new = sum(e for e, _ in extends) + sum(e for e, _ in gaps)
+        pairs = sum(e * p + e * (e + 1) / 2 for e, p in extends) \
+            + sum(e * p + e * (e + 1) / 2 for e, p in gaps)
         flops = 2 * s.linear_params * new + 2 * s.head_params * len(extends) \
             + 4 * s.attn_width * pairs
-        kv_read = sum(p for _, p in extends)
-        return self._time(len(extends), new, flops / self.prefill_flops_per_s, kv_read + new)
+        kv_read = sum(p for _, p in extends) + sum(p for _, p in gaps)
+        t = self._time(len(extends), new, flops / self.prefill_flops_per_s, kv_read + new)
+        return t + extra_s if extra_s else t
 
     def decode_time(self, batch: int, context_tokens: int) -> float:
         """One decode iteration: ``batch`` requests over ``context_tokens`` in total."""

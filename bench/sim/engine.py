@@ -17,6 +17,18 @@ overlap scheduler (CPU scheduling hidden behind the GPU) is folded into the
 cost model's per-iteration overhead; its one-step lag in processing results is
 not modeled, nor are mixed prefill+decode batches (off by default).
 
+Gaps (a hollowing eviction policy or a host tier, ``bench/sim/cache.py``): a
+request admitted with hollow nodes on its matched path gets their KV back
+before its prefill: host copies are restored (charged at the host tier's
+bandwidth), the rest recomputed at their original positions in the request's
+first prefill pass, attending to the context before them
+(``CostModel.prefill_time``'s ``gaps``), not chunked. The tail after a gap is
+reused as it is. ``cached_first`` counts reused and restored tokens only; the
+recomputed gap is in ``prefill_tokens``. Counters (run meta):
+``gap_recomputed_tokens``, ``restored_tokens``, and for every policy
+``evicted_recomputed_tokens`` (prompt tokens the cache held once but not at
+admission, prefilled again).
+
 ``NOTE`` (checked by ``check``): ``cache.tree_tokens + private_tokens <=
 capacity`` at all times, and ``private_tokens`` is the sum over requests.
 """
@@ -70,6 +82,11 @@ class Simulator:
         self._seq = itertools.count()
         self._last_activity = 0.0
         self.on_sample = on_sample
+        self._gaps: dict[SimRequest, tuple[list[tuple[int, int]], int]] = {}
+        """Gap work of requests admitted this pass: (recompute segments, restored tokens)."""
+        self.gap_recomputed_tokens = 0
+        self.restored_tokens = 0
+        self.evicted_recomputed_tokens = 0
         self.on_final = on_final
         self.observers = list(observers)
         """Policies told about every request that leaves (``ObservesFinished``)."""
@@ -221,8 +238,12 @@ class Simulator:
             r.lock_node = r.match_node
             r.inserted_blocks = r.match_blocks
             r.computed = r.cached_tokens()
+            recomputed = self._fill_gaps(r) if self.cache.may_have_gaps else 0
+            reused = r.computed - recomputed
             if r.cached_first is None:
-                r.cached_first = r.computed
+                r.cached_first = reused
+            seen = min(self.cache.seen_tokens(r.blocks, r.input_len), r.fill_len - 1)
+            self.evicted_recomputed_tokens += max(0, seen - reused)
         if not still_chunked:
             self.chunked = None
         if adder.new_chunked is not None:
@@ -231,8 +252,37 @@ class Simulator:
             self._alloc(r, extend)
             self.processed_tokens += extend
 
+    def _fill_gaps(self, r: SimRequest) -> int:
+        """Give the hollow nodes on ``r``'s locked path their KV back; return the
+        gap tokens it recomputes (charged in its first prefill pass)."""
+        assert r.lock_node is not None
+        need = self.cache.hollow_tokens(r.lock_node)
+        if need == 0:
+            return 0
+        if not self._ensure_free(need):
+            raise SimulationError(f"out of KV memory refilling a {need}-token gap for {r.rid}")
+        gaps, restored = self.cache.fill_path(r.lock_node)
+        recomputed = sum(t for t, _ in gaps)
+        self._gaps[r] = (gaps, restored)
+        r.prefill_tokens += recomputed
+        self.gap_recomputed_tokens += recomputed
+        self.restored_tokens += restored
+        return recomputed
+
     def _run_prefill(self, adder: PrefillAdder) -> None:
-        self.now += self.cost.prefill_time([(e, r.computed) for r, e in adder.batch])
+        pairs = [(e, r.computed) for r, e in adder.batch]
+        if self._gaps:
+            gaps = [g for r, _ in adder.batch for g in self._gaps.get(r, ((), 0))[0]]
+            restored = sum(self._gaps.get(r, ((), 0))[1] for r, _ in adder.batch)
+            self._gaps.clear()
+            extra_s = 0.0
+            if restored:
+                assert self.cache.host is not None
+                extra_s = self.cache.host.restore_s(restored, self.cost.kv_bytes_per_token)
+            self.now += self.cost.prefill_time(pairs, gaps, extra_s) if gaps or extra_s \
+                else self.cost.prefill_time(pairs)
+        else:
+            self.now += self.cost.prefill_time(pairs)
         for r, extend in adder.batch:
             r.computed += extend
             r.prefill_tokens += extend
@@ -258,7 +308,8 @@ class Simulator:
         if n <= r.inserted_blocks:
             return
         node, _ = self.cache.insert(r.blocks[:n], r.input_len, self.now,
-                                    inserted_blocks=r.inserted_blocks, priority=r.trace.priority or 0)
+                                    inserted_blocks=r.inserted_blocks, priority=r.trace.priority or 0,
+                                    session=r.trace.session_id)
         moved = self.cache.tokens_of(n, r.input_len) - self.cache.tokens_of(r.inserted_blocks, r.input_len)
         r.private_tokens -= moved
         self.private_tokens -= moved

@@ -14,6 +14,12 @@ A request fits when ``extend + min(max_new - out, clip) + p < remaining_total``
 with its own cached prefix locked (so that prefix is not counted evictable). A
 request longer than ``rem_chunk`` is cut to it and becomes the (single)
 chunked request. The walk stops at the first request that does not fit.
+
+A request whose matched path has gaps (hollow nodes, ``bench/sim/cache.py``)
+also needs ``gap`` slots and recomputes the gap in this pass: ``gap`` counts
+in its memory check and its ``rem_input``/``rem_chunk`` use, and its new
+tokens get what is left of the chunk (none at all if the gap alone exceeds it;
+such a request then only waits for a pass it leads, not for a smaller gap).
 """
 
 from __future__ import annotations
@@ -103,23 +109,27 @@ class PrefillAdder:
         max_new = self._max_new(r)
         prefix = r.cached_tokens()
         extend = r.fill_len - prefix
-        total = extend + max_new + self.page
         assert r.match_node is not None
+        gap = self.cache.hollow_tokens(r.match_node) if self.cache.may_have_gaps else 0
+        total = extend + gap + max_new + self.page
         # NOTE: SGLang locks the request's prefix while checking: not evictable.
         pinned = self.cache.unlocked_tokens_on_path(r.match_node)
         if not total < self.remaining_total - pinned:
             return AddResult.NO_TOKEN
-        paged = self._ceil(extend)
+        paged = self._ceil(extend) + gap
         if self.rem_chunk is None and self.batch and paged >= self.rem_input:
             return AddResult.OTHER
         if self.rem_chunk is not None and paged > self.rem_chunk:
-            end = (prefix + self.rem_chunk // self.page * self.page) // self.page * self.page
+            if gap and self.batch and gap >= self.rem_chunk:
+                return AddResult.OTHER  # NOTE: the gap is recomputed in one pass: lead one
+            room = max(self.rem_chunk - gap, 0)
+            end = (prefix + room // self.page * self.page) // self.page * self.page
             extend = end - prefix
-            if extend <= 0:
+            if extend <= 0 and not gap:
                 return AddResult.OTHER
             self.new_chunked = r
             max_new = 0
         self.cache.lock(r.match_node)
         self.batch.append((r, extend))
-        self._reserve(extend, max_new)
+        self._reserve(extend + gap, max_new)
         return self.budget_state()

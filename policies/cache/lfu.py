@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from policies.cache import BlockView, EvictionRank
+from policies.cache import BlockView, EvictionRank, HostTier
 
 
 @dataclass(frozen=True)
-class LfuPolicy:
+class LfuPolicy(HostTier):
     """Fewest hits first; among equal hit counts the least recently used.
 
     ``hit_count`` counts the requests that inserted through the block (its

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from policies.cache import BlockView, EvictionRank
+from policies.cache import BlockView, EvictionRank, HostTier
 
 
 @dataclass(frozen=True)
-class LruPolicy:
+class LruPolicy(HostTier):
     """Oldest ``last_access`` first; ties by creation order."""
 
     def rank(self, block: BlockView) -> EvictionRank:
