@@ -62,6 +62,15 @@ class ClaudeCodeConfig:
 
 
 @dataclass
+class MooncakeConfig:
+    """Options of the Mooncake loader (``format: mooncake``)."""
+
+    sessions: bool = False
+    """Derive conversations from shared hash-id prefixes and replay later turns
+    closed-loop (bench/traces/mooncake.py); false = every request open-loop."""
+
+
+@dataclass
 class ServeGenConfig:
     """Options of the ServeGen synthesizer (``format: servegen``)."""
 
@@ -102,6 +111,8 @@ class TraceConfig:
     """Seed of every random choice the loader and transforms make."""
     claude_code: ClaudeCodeConfig = field(default_factory=ClaudeCodeConfig)
     """Only for ``format: claude_code``."""
+    mooncake: MooncakeConfig = field(default_factory=MooncakeConfig)
+    """Only for ``format: mooncake``."""
     servegen: ServeGenConfig = field(default_factory=ServeGenConfig)
     """Only for ``format: servegen``."""
 
@@ -216,6 +227,14 @@ class SimConfig:
     drain_timeout_s: float = 600.0
     """With only deferred requests left and no arrival to come, give up on them
     this long after the last arrival or forward pass (they end ``unserved``)."""
+    length_signal_log_std: Optional[float] = None
+    """Give each request a one-number feature, ``log(1+output) + N(mean, std)``,
+    standing in for LEAP's hidden state (bench/sim/signal.py); null = no features.
+    Use the live head's measured ``log_error_std`` with ``policy.feature_dim=1``."""
+    length_signal_log_mean: float = 0.0
+    """Bias of the length signal (the live head's ``log_error_mean``)."""
+    length_signal_seed: int = 0
+    """Seed of the per-request noise."""
 
 
 class LiveApi(enum.Enum):

@@ -124,3 +124,18 @@ def test_policies_are_pure(path: Path):
             assert name.split(".")[0] not in FORBIDDEN_IMPORTS, f"{path.name} imports {name}"
         if isinstance(node, ast.Global):
             pytest.fail(f"{path.name} uses a global statement")
+
+
+def test_shortest_prompt_ignores_the_cache():
+    from policies.scheduling.shortest_prompt import ShortestPromptPolicy
+
+    queue = QueueView((req("a", 0, 300, cached=290), req("b", 1, 100), req("c", 2, 100)))
+    assert ShortestPromptPolicy().order(queue).order == ("b", "c", "a")
+
+
+def test_shortest_output_ranks_by_remaining_declared_tokens():
+    from policies.scheduling.shortest_output import ShortestOutputPolicy
+
+    queue = QueueView((req("a", 0, 1, max_new_tokens=100, num_output_tokens=95),
+                       req("b", 1, 1, max_new_tokens=10), req("c", 2, 1, max_new_tokens=64)))
+    assert ShortestOutputPolicy().order(queue).order == ("a", "b", "c")

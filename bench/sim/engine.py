@@ -177,7 +177,8 @@ class Simulator:
         if self.observers and phase is not Phase.UNSERVED:
             view = FinishedView(rid=r.rid, now=self.now, num_input_tokens=r.input_len,
                                 num_output_tokens=r.num_output, num_cached_tokens=r.cached_first or 0,
-                                session_id=r.trace.session_id, aborted=phase is not Phase.FINISHED)
+                                session_id=r.trace.session_id, aborted=phase is not Phase.FINISHED,
+                                features=r.features)
             for policy in self.observers:
                 policy.observe_finished(view)
         self.arrivals.release_followers(r.rid, self.now)
@@ -405,7 +406,10 @@ class Simulator:
         """Replay the whole trace."""
         while True:
             for at, tr in self.arrivals.until(self.now):
-                self._arrive(SimRequest(tr, at))
+                r = SimRequest(tr, at)
+                if self.s.length_signal is not None:
+                    r.features = self.s.length_signal.features(r.rid, r.output_len)
+                self._arrive(r)
                 self._last_activity = self.now
             adder = self._prefill_pass()
             if adder is not None:

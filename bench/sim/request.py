@@ -52,7 +52,7 @@ class SimRequest:
         "match_node", "match_tokens", "dirty", "lock_node", "inserted_blocks", "computed",
         "private_tokens", "decode_from", "first_token_s", "finish_s", "cached_first",
         "prefill_tokens", "retractions", "segments", "view", "dup", "path", "waiter_node",
-        "reject_reason",
+        "reject_reason", "features",
     )
 
     def __init__(self, trace: TraceRequest, arrival_s: float) -> None:
@@ -95,6 +95,8 @@ class SimRequest:
         self.dup = False
         self.path: tuple[int, ...] = ()
         self.reject_reason = ""
+        self.features: Optional[tuple[float, ...]] = None
+        """What a LEAP host captures at prefill (simulated: settings.length_signal)."""
 
     @property
     def fill_len(self) -> int:
@@ -115,5 +117,6 @@ class SimRequest:
                 arrival_processed_tokens=self.arrival_processed_tokens,
                 in_batch_duplicate=self.dup, priority=self.trace.priority,
                 session_id=self.trace.session_id, prefix_path=self.path,
+                features=self.features,
             )
         return self.view

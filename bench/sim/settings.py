@@ -7,6 +7,7 @@ from typing import Optional
 
 from bench.schema import AcceleratorConfig, ModelProfileConfig, SimConfig, TouchMode
 from bench.sim.cost import CostModel
+from bench.sim.signal import LengthSignal
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class SimSettings:
     touch_waiting: bool = True
     idle_poll_s: float = 0.05
     drain_timeout_s: float = 600.0
+    length_signal: Optional[LengthSignal] = None
 
     @classmethod
     def resolve(cls, sim: SimConfig, accel: AcceleratorConfig, model: ModelProfileConfig,
@@ -60,4 +62,6 @@ class SimSettings:
             native_queue_limit=sim.native_queue_limit,
             touch_waiting=TouchMode(sim.touch_waiting_prefixes) is TouchMode.auto,
             idle_poll_s=sim.idle_poll_s, drain_timeout_s=sim.drain_timeout_s,
+            length_signal=(None if sim.length_signal_log_std is None else LengthSignal(
+                sim.length_signal_log_std, sim.length_signal_log_mean, sim.length_signal_seed)),
         )

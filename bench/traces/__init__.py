@@ -31,7 +31,7 @@ def read_trace(cfg: TraceConfig, data_root: Path) -> Trace:
     path = resolve_trace_path(cfg.path, data_root)
     fmt = TraceFormat(cfg.format)
     if fmt is TraceFormat.mooncake:
-        return load_mooncake(path, name=cfg.name)
+        return load_mooncake(path, name=cfg.name, sessions=cfg.mooncake.sessions)
     if fmt is TraceFormat.azure:
         return load_azure(path, name=cfg.name)
     if fmt is TraceFormat.claude_code:

@@ -69,8 +69,9 @@ def check_permutation(queue: QueueView, decision: OrderDecision) -> None:
     NOTE: hosts call this on every decision; a policy that drops or invents a
     request would otherwise lose or duplicate work silently.
     """
-    expected = sorted(r.rid for r in queue.requests)
-    if sorted(decision.order) != expected:
+    expected = {r.rid for r in queue.requests}
+    # NOTE: rids are unique in a queue, so equal length + equal sets = a permutation
+    if len(decision.order) != len(queue.requests) or set(decision.order) != expected:
         missing = set(expected) - set(decision.order)
         extra = set(decision.order) - set(expected)
         raise ValueError(

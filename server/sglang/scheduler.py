@@ -179,15 +179,14 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
             self.tracker.refresh(waiting_queue)
         num_running = len(running_batch.reqs) if running_batch is not None else 0
         order = self._decide(waiting_queue, duplicates, clock, num_running)
+        by_rid = {r.rid: r for r in waiting_queue}
         if self.tracker is not None:
-            by_rid = {r.rid: r for r in waiting_queue}
             head = [by_rid[rid] for rid in order[:HEAD_RECHECK]]
             if self.tracker.recheck(head):  # an eviction shortened a hit near the front
                 order = self._decide(waiting_queue, duplicates, clock, num_running)
-        rank = {rid: i for i, rid in enumerate(order)}
-        waiting_queue.sort(key=lambda r: rank[r.rid])
+        waiting_queue[:] = [by_rid[rid] for rid in order]  # NOTE: in place: the scheduler holds it
         if len(self._views) > 2 * len(waiting_queue) + 64:  # forget departed requests
-            self._views = {rid: v for rid, v in self._views.items() if rid in rank}
+            self._views = {rid: v for rid, v in self._views.items() if rid in by_rid}
 
     def _decide(self, waiting_queue: list, duplicates: set, clock: int, num_running: int) -> tuple[str, ...]:
         queue = QueueView(requests=tuple(self._view(r, r.rid in duplicates) for r in waiting_queue),

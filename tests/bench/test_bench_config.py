@@ -95,5 +95,5 @@ def test_cli_config_mistake_is_one_line_and_exit_2(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("bench: config error: unknown config key 'trace.time_scle' (valid keys: "
                                    "name, format, path, window_start_s, window_end_s, time_scale, surges, "
-                                   "seed, claude_code, servegen)")
+                                   "seed, claude_code, mooncake, servegen)")
     assert not (tmp_path / "results").exists()

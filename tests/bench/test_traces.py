@@ -237,3 +237,29 @@ def test_data_root_resolution(monkeypatch, tmp_path):
     assert resolve_trace_path("t.jsonl", tmp_path) == tmp_path / "t.jsonl"
     with pytest.raises(FileNotFoundError, match="trace.path"):
         resolve_trace_path("missing.jsonl", tmp_path)
+
+
+def test_mooncake_derived_sessions_link_later_turns_closed_loop():
+    from array import array
+
+    from bench.traces.mooncake import derive_sessions
+    from bench.traces.trace import TraceRequest
+
+    def tr(rid, t, blocks):
+        return TraceRequest(rid, t, 512 * len(blocks), 10, array("q", blocks))
+
+    out = {r.rid: r for r in derive_sessions([
+        tr("a", 0.0, [0, 1, 2]), tr("b", 5.0, [0, 3]), tr("c", 9.0, [0, 1, 2, 4, 5]),
+        tr("d", 20.0, [0, 1, 2, 4, 6]), tr("e", 21.0, [0, 7])])}
+    # a -> c -> d share >= 2 blocks; b and e share only the system block 0
+    assert (out["c"].after, out["c"].delay_s, out["c"].session_id) == ("a", 9.0, "a")
+    assert (out["d"].after, out["d"].delay_s, out["d"].session_id) == ("c", 11.0, "a")
+    assert [out[k].after for k in "abe"] == [None, None, None]
+
+
+def test_mooncake_sessions_on_the_real_trace():
+    t = load_mooncake(ROOT / "mooncake" / "conversation_trace.jsonl", name="mc", sessions=True)
+    t.validate()
+    assert len(t.requests) == 12031
+    assert len(list(t.roots())) == 7373  # conversations
+    assert len({r.session_id for r in t.requests}) == 7373

@@ -1,0 +1,235 @@
+"""Basin's surge experiment: goodput per 5-minute window around a 10-minute surge.
+
+    python -m bench.scripts.basin_surge                 # writes bench/results/basin_surge.{md,png}
+    python -m bench.scripts.basin_surge --out /tmp/b.md
+
+Each scenario replays session traffic (closed-loop: a turn is sent its think
+time after the previous turn of its session completed) on one H100 with
+Llama-3.1-8B: ``pre_s`` seconds of steady load, a ``surge_s``-second window in
+which new sessions start ``factor`` times as often (``trace.surges``), then the
+same steady load for an hour. It runs three admission settings on the same
+trace: none (stock SGLang: admit everything), ``+admission=max_queue`` and
+``+admission=basin``, and reports goodput (requests meeting the TTFT and TPOT
+SLOs, per second, bucketed by arrival) per 5-minute window.
+
+Reported per run: pre-surge goodput (mean of the windows after warm-up and
+before the surge), how long after the surge ends goodput first returns to
+>= 95% of it, and mean goodput over the surge hour (the hour from the surge's
+start). Targets (issue 6): Basin recovers within 10 minutes and its surge-hour
+goodput is >= 1.2x the baseline's. The simulator models the recompute loop:
+a later turn whose history was evicted prefills it again, which lengthens
+every running session's turns.
+
+NOTE: a request turned away (429) releases its session's next turn after its
+think time, as a client that moves on; nothing retries it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Optional
+
+from bench.config import compose_bench, resolve_bench
+from bench.run import run_bench
+from bench.scripts.baselines import git_commit
+from bench.traces.paths import REPO_ROOT
+
+WINDOW_S = 300.0
+RECOVERY = 0.95
+COMMON = ("accelerator=h100", "model_profile=llama-3.1-8b", f"metrics.window_s={WINDOW_S:g}",
+          "output.progress=false", "output.requests_csv=false", "output.plots=false")
+ADMISSIONS: tuple[Optional[str], ...] = (None, "max_queue", "basin")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One session workload with a surge (times in replayed seconds)."""
+
+    name: str
+    overrides: tuple[str, ...]
+    """Trace choice, its window and load (without the surge)."""
+    pre_s: float
+    surge_s: float
+    factor: float
+    warmup_s: float
+    """Windows before this are excluded from the pre-surge baseline."""
+    why: str
+
+    @property
+    def surge_start(self) -> float:
+        return self.pre_s
+
+    @property
+    def surge_end(self) -> float:
+        return self.pre_s + self.surge_s
+
+    @property
+    def horizon(self) -> float:
+        return self.surge_end + 3600.0
+
+    def bench_overrides(self, admission: Optional[str]) -> list[str]:
+        out = [*self.overrides, *COMMON, f"trace.surges=[{{start_s:{self.surge_start:g},"
+               f"end_s:{self.surge_end:g},factor:{self.factor:g}}}]"]
+        return out + ([f"+admission={admission}"] if admission else [])
+
+
+SCENARIOS = (
+    Scenario(
+        "claude_code_sessions",
+        ("trace=claude_code_sessions", "trace.claude_code.session_rate=0.01",
+         "trace.window_end_s=6600", "metrics.ttft_slo_s=5"),
+        pre_s=1800, surge_s=600, factor=4, warmup_s=600,
+        why="Claude Code agent sessions (kv-cache-tester), new sessions at 0.01/s (a healthy "
+            "load: ~90% prefix hit rate), 4x during the surge; sessions starting in the first "
+            "110 min are replayed to completion. TTFT SLO 5 s (agent prompts reach 100k tokens)."),
+    Scenario(
+        "mooncake_sessions",
+        ("trace=mooncake_conversation", "trace.mooncake.sessions=true", "trace.time_scale=4",
+         "trace.window_end_s=1650"),
+        pre_s=1800, surge_s=600, factor=4, warmup_s=600,
+        why="Mooncake conversation trace with conversations derived from shared hash-id "
+            "prefixes (later turns closed-loop), arrival times x4 (a steady load the H100 "
+            "serves), new conversations 4x during the surge; the first 1,650 s of the trace "
+            "(6,600 s replayed)."),
+)
+
+
+def analyse(scenario: Scenario, windows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Pre-surge goodput, recovery time and surge-hour goodput from 5-minute windows."""
+    def goodput(lo: float, hi: float) -> float:
+        rows = [w["goodput_rps"] for w in windows if w["start_s"] >= lo and w["end_s"] <= hi + 1e-9]
+        return sum(rows) / len(rows) if rows else 0.0
+
+    pre = goodput(scenario.warmup_s, scenario.surge_start)
+    recovered_after = None
+    for w in windows:
+        if w["start_s"] >= scenario.surge_end - 1e-9 and w["end_s"] <= scenario.horizon + 1e-9 \
+                and w["goodput_rps"] >= RECOVERY * pre:
+            recovered_after = w["end_s"] - scenario.surge_end
+            break
+    return {"pre_goodput_rps": pre,
+            "surge_goodput_rps": goodput(scenario.surge_start, scenario.surge_end),
+            "hour_goodput_rps": goodput(scenario.surge_start, scenario.surge_start + 3600),
+            "post_goodput_rps": goodput(scenario.surge_end, scenario.horizon),
+            "recovered_after_s": recovered_after}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "basin_surge.md")
+    parser.add_argument("--results", type=Path, default=Path("results") / "basin_surge"
+                        / datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
+    parser.add_argument("--only", choices=[s.name for s in SCENARIOS], default=None)
+    args = parser.parse_args()
+    runs = []
+    for scenario in SCENARIOS:
+        if args.only and scenario.name != args.only:
+            continue
+        for admission in ADMISSIONS:
+            overrides = scenario.bench_overrides(admission)
+            t0 = time.perf_counter()
+            result = run_bench(resolve_bench(compose_bench(overrides)),
+                               args.results / scenario.name / (admission or "none"))
+            s = result["summary"]
+            runs.append({"scenario": scenario.name, "admission": admission, "overrides": overrides,
+                         "windows": result["windows"], "analysis": analyse(scenario, result["windows"]),
+                         "summary": {k: s[k] for k in ("requests", "finished", "rejected", "prefix_hit_rate",
+                                                       "recomputed_tokens", "goodput_rps")},
+                         "capacity": result["meta"]["sim"]["capacity"]})
+            a = runs[-1]["analysis"]
+            print(f"{scenario.name} {admission or 'none'}: {time.perf_counter() - t0:.0f} s; "
+                  f"pre {a['pre_goodput_rps']:.3f} hour {a['hour_goodput_rps']:.3f} "
+                  f"recovered {a['recovered_after_s']}", flush=True)
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "runs.json").write_text(json.dumps(runs, indent=1))
+    png = args.out.with_suffix(".png")
+    plot(runs, png)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(render(runs, png.name))
+    print(f"wrote {args.out} and {png}")
+
+
+def _pct(v: Optional[float]) -> str:
+    return "—" if v is None else f"{v:.0%}"
+
+
+def render(runs: list[dict[str, Any]], png_name: str) -> str:
+    by_name = {s.name: s for s in SCENARIOS}
+    lines = [
+        "# Basin under a surge of new sessions (simulated)", "",
+        f"Produced by `python -m bench.scripts.basin_surge` at commit {git_commit()} "
+        f"({datetime.now(timezone.utc):%Y-%m-%d}). One H100 with Llama-3.1-8B (roofline cost "
+        "model: compare rows, not absolute numbers), SGLang's LRU prefix cache; goodput = "
+        "requests meeting the TTFT and TPOT SLOs per second, bucketed by arrival in 5-minute "
+        "windows. Pre-surge = mean of the windows after warm-up and before the surge; "
+        f"recovery = first window after the surge with goodput >= {RECOVERY:.0%} of pre-surge "
+        "(time from the surge's end to that window's end); surge hour = the hour from the "
+        "surge's start. A turned-away request releases its session's next turn (the client "
+        f"moves on). Plot: [{png_name}]({png_name}).", ""]
+    for name in dict.fromkeys(r["scenario"] for r in runs):
+        sc = by_name[name]
+        rows = [r for r in runs if r["scenario"] == name]
+        base = next((r for r in rows if r["admission"] is None), None)
+        lines += [f"## {name}", "", sc.why + f" Surge: {sc.factor:g}x new sessions during "
+                  f"[{sc.surge_start:g}, {sc.surge_end:g}) s. KV pool {rows[0]['capacity']:,} tokens.", "",
+                  "| admission | requests | rejected | hit rate | pre-surge goodput | surge-hour goodput "
+                  "| vs none | recovered after | post-surge hour |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            a, s = r["analysis"], r["summary"]
+            ratio = (a["hour_goodput_rps"] / base["analysis"]["hour_goodput_rps"]
+                     if base and base["analysis"]["hour_goodput_rps"] else None)
+            rec = a["recovered_after_s"]
+            lines.append(
+                f"| {r['admission'] or 'none'} | {s['requests']} | {s['rejected']} | "
+                f"{s['prefix_hit_rate']:.1%} | {a['pre_goodput_rps']:.3f} req/s | "
+                f"{a['hour_goodput_rps']:.3f} req/s | {'—' if ratio is None else f'{ratio:.2f}x'} | "
+                f"{'not within the hour' if rec is None else f'{rec / 60:.0f} min'} | "
+                f"{a['post_goodput_rps']:.3f} req/s |")
+        lines += ["", "Goodput per 5-minute window (req/s; the surge's windows marked *):", "",
+                  "| window start (min) | " + " | ".join(r["admission"] or "none" for r in rows) + " |",
+                  "|---|" + "---|" * len(rows)]
+        for i, w in enumerate(rows[0]["windows"]):
+            if w["start_s"] >= sc.horizon:
+                break
+            mark = "*" if sc.surge_start <= w["start_s"] < sc.surge_end else ""
+            cells = [f"{r['windows'][i]['goodput_rps']:.3f}" if i < len(r["windows"]) else "—" for r in rows]
+            lines.append(f"| {w['start_s'] / 60:.0f}{mark} | " + " | ".join(cells) + " |")
+        lines += ["", "Commands:", "", "```"]
+        lines += [f"python -m bench {' '.join(r['overrides'])}" for r in rows]
+        lines += ["```", ""]
+    return "\n".join(lines)
+
+
+def plot(runs: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(dict.fromkeys(r["scenario"] for r in runs))
+    by_name = {s.name: s for s in SCENARIOS}
+    fig, axes = plt.subplots(len(names), 1, figsize=(8, 3.2 * len(names)), squeeze=False)
+    for ax, name in zip(axes[:, 0], names):
+        sc = by_name[name]
+        for r in (r for r in runs if r["scenario"] == name):
+            ws = [w for w in r["windows"] if w["start_s"] < sc.horizon]
+            ax.step([w["start_s"] / 60 for w in ws], [w["goodput_rps"] for w in ws], where="post",
+                    label=r["admission"] or "none")
+        ax.axvspan(sc.surge_start / 60, sc.surge_end / 60, color="orange", alpha=0.2, label="surge")
+        ax.set_title(name)
+        ax.set_xlabel("minutes (by arrival)")
+        ax.set_ylabel("goodput (req/s)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
