@@ -278,8 +278,31 @@ def test_gap_tokens_are_charged_at_their_positions(cost):
     assert cost.prefill_time([(100, 5000)], gaps=()) == cost.prefill_time([(100, 5000)])
 
 
+@st.composite
+def agent_workloads(draw):
+    """Agent sessions: each turn resends the previous turn's prompt plus new blocks
+    (closed-loop), a few sessions sharing a system prompt, so a small pool hollows."""
+    bs = 4
+    fresh, out = 100, []
+    system = list(range(draw(st.integers(0, 2))))
+    for s in range(draw(st.integers(1, 4))):
+        path = list(system)
+        prev = None
+        for t in range(draw(st.integers(1, 6))):
+            extra = draw(st.integers(1, 4))
+            path = path + list(range(fresh, fresh + extra))
+            fresh += extra
+            rid = f"s{s}t{t}"
+            kw = dict(after=prev, delay_s=draw(st.floats(0, 2))) if prev else {}
+            out.append(req(rid, draw(st.floats(0, 3)), len(path) * bs + draw(st.integers(0, bs - 1)),
+                           draw(st.integers(1, 12)), list(path), session_id=f"s{s}", **kw))
+            prev = rid
+    return trace_of(out, block_size=bs, span=fresh)
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(trace=workloads(), capacity=st.integers(24, 600), chunk=st.sampled_from([None, 8, 32, 100]),
+@given(trace=st.one_of(workloads(), agent_workloads()), capacity=st.integers(24, 600),
+       chunk=st.sampled_from([None, 8, 32, 100]),
        slots=st.integers(1, 8), policy=st.sampled_from(POLICIES[:2]),
        host=st.sampled_from([0, 16, 200]))
 def test_simulator_invariants_with_penelope(cost, trace, capacity, chunk, slots, policy, host):
