@@ -14,7 +14,8 @@ class LfuPolicy(HostTier):
 
     ``hit_count`` counts the requests that inserted through the block (its
     creator included), as SGLang's radix tree counts them; the rank is
-    SGLang's ``(hit_count, last_access_time)``.
+    SGLang's ``(hit_count, last_access_time)``. The ``HostTier`` fields
+    (default: no host tier) give the simulator's cache a host-memory tier.
     """
 
     def rank(self, block: BlockView) -> EvictionRank:

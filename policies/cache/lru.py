@@ -10,7 +10,10 @@ from policies.cache import BlockView, EvictionRank, HostTier
 
 @dataclass(frozen=True)
 class LruPolicy(HostTier):
-    """Oldest ``last_access`` first; ties by creation order."""
+    """Oldest ``last_access`` first; ties by creation order.
+
+    The ``HostTier`` fields (default: no host tier) give the simulator's cache
+    a host-memory second tier (``++cache.host_tier_tokens=N``)."""
 
     def rank(self, block: BlockView) -> EvictionRank:
         return (block.last_access, block.created)
