@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -97,3 +99,13 @@ def test_order_is_a_deterministic_permutation(items, threshold, w, cap, floor):
 def test_rejects_negative_parameters():
     with pytest.raises(ValueError):
         FairwayPolicy(cap_ratio=-1)
+
+
+def test_class_defaults_are_the_swept_config_defaults():
+    import inspect
+
+    import yaml
+
+    conf = yaml.safe_load((Path(__file__).resolve().parents[1] / "conf/policy/fairway.yaml").read_text())
+    defaults = {k: p.default for k, p in inspect.signature(FairwayPolicy).parameters.items()}
+    assert {k: v for k, v in conf.items() if k != "_target_"} == defaults

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.server
 
 CAP_RATIO = 0.3
 server = module_server("model.dtype=float32", "+policy=fairway", "policy.queue_threshold=0",
+                       "policy.aging_weight=1.0",
                        f"policy.cap_ratio={CAP_RATIO}", "policy.cap_floor_tokens=0",
                        "sglang.max_running_requests=1")
 
@@ -46,7 +47,7 @@ def expected_order(tokenize, warm_ids: list[int]) -> list[str]:
     """Replay the server's passes with the pure policy on the real token counts."""
     ids = {name: tokenize(text) for name, text in PROMPTS.items()}
     cache = [warm_ids]
-    policy = FairwayPolicy(queue_threshold=0, cap_ratio=CAP_RATIO, cap_floor_tokens=0)
+    policy = FairwayPolicy(queue_threshold=0, aging_weight=1.0, cap_ratio=CAP_RATIO, cap_floor_tokens=0)
     waiting = list(PROMPTS)
     clock, order = 0, []
     while waiting:
