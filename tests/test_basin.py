@@ -101,10 +101,36 @@ def test_budget_shrinks_when_history_is_recomputed_and_grows_back_when_healthy()
     b.observe_finished(finished("a2", "A", 1200, 100, 11, cached=0))  # all 1100 history tokens missed
     assert b.budget_fraction == pytest.approx(0.45)
     b.decide(view("a3", "A", 1400, 12))
-    b.observe_finished(finished("a3", "A", 1400, 100, 22, cached=1300))  # healthy
+    b.observe_finished(finished("a3", "A", 1400, 100, 22, cached=1300))  # healthy, but nothing held
+    assert b.budget_fraction == pytest.approx(0.45)  # a budget that does not bind does not grow
+    b.decide(view("a4", "A", 1600, 23))
+    assert b.decide(view("b1", "B", CAPACITY, 24)).action is AdmissionAction.DEFER  # it binds
+    b.observe_finished(finished("a4", "A", 1600, 100, 34, cached=1500))  # healthy
     assert b.budget_fraction == pytest.approx(0.55)
 
 
 def test_rejects_inconsistent_parameters():
     with pytest.raises(ValueError):
         BasinPolicy(budget_fraction=0.2, min_budget_fraction=0.3)
+
+
+def test_miss_rate_is_judged_against_the_workloads_own_floor():
+    """Misses no admission level avoids (a steady 90%) shrink the budget once, then not again."""
+    b = BasinPolicy(budget_fraction=1.0, adapt_interval_s=10, shrink_factor=0.5, min_budget_fraction=0.1)
+    t = 0.0
+    for i in range(6):
+        b.decide(view(f"a{i}", "A", 1000 + 100 * i, t))
+        b.observe_finished(finished(f"a{i}", "A", 1000 + 100 * i, 100, t + 11, cached=100))  # ~90% missed
+        t += 12
+    assert b.budget_fraction == pytest.approx(0.5)
+
+
+def test_config_defaults_are_the_class_defaults():
+    import inspect
+    from pathlib import Path
+
+    import yaml
+
+    conf = yaml.safe_load((Path(__file__).resolve().parents[1] / "conf/admission/basin.yaml").read_text())
+    defaults = {k: p.default for k, p in inspect.signature(BasinPolicy).parameters.items()}
+    assert {k: v for k, v in conf.items() if k != "_target_"} == defaults

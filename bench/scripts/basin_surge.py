@@ -78,24 +78,29 @@ class Scenario:
         return out + ([f"+admission={admission}"] if admission else [])
 
 
+#: NOTE: the surge windows were placed where the steady trace starts sessions
+#: (the seeded Claude Code starts have none in 1,800-2,700 s, so a surge there
+#: would copy nothing); loads were set from runs without admission: 0.005
+#: sessions/s keeps a ~90% hit rate for the whole replay, 0.01/s does not.
 SCENARIOS = (
     Scenario(
         "claude_code_sessions",
-        ("trace=claude_code_sessions", "trace.claude_code.session_rate=0.01",
-         "trace.window_end_s=6600", "metrics.ttft_slo_s=5"),
-        pre_s=1800, surge_s=600, factor=4, warmup_s=600,
-        why="Claude Code agent sessions (kv-cache-tester), new sessions at 0.01/s (a healthy "
-            "load: ~90% prefix hit rate), 4x during the surge; sessions starting in the first "
-            "110 min are replayed to completion. TTFT SLO 5 s (agent prompts reach 100k tokens)."),
+        ("trace=claude_code_sessions", "trace.claude_code.session_rate=0.005",
+         "trace.window_end_s=7500", "metrics.ttft_slo_s=5"),
+        pre_s=3300, surge_s=600, factor=8, warmup_s=600,
+        why="Claude Code agent sessions (kv-cache-tester), new sessions at 0.005/s (a healthy "
+            "load: ~90% prefix hit rate without admission), 8x during the surge; sessions "
+            "starting in the first 125 min are replayed to completion. TTFT SLO 5 s (agent "
+            "prompts reach 100k tokens), TPOT 0.1 s."),
     Scenario(
         "mooncake_sessions",
         ("trace=mooncake_conversation", "trace.mooncake.sessions=true", "trace.time_scale=4",
-         "trace.window_end_s=1650"),
-        pre_s=1800, surge_s=600, factor=4, warmup_s=600,
+         "trace.window_end_s=1875"),
+        pre_s=3300, surge_s=600, factor=4, warmup_s=600,
         why="Mooncake conversation trace with conversations derived from shared hash-id "
-            "prefixes (later turns closed-loop), arrival times x4 (a steady load the H100 "
-            "serves), new conversations 4x during the surge; the first 1,650 s of the trace "
-            "(6,600 s replayed)."),
+            "prefixes (later turns closed-loop), arrival and think times x4 (a steady load the "
+            "H100 serves), new conversations 4x during the surge; the first 1,875 s of the "
+            "trace (7,500 s replayed). TTFT SLO 2 s, TPOT 0.1 s."),
 )
 
 
@@ -107,9 +112,9 @@ def analyse(scenario: Scenario, windows: list[dict[str, Any]]) -> dict[str, Any]
 
     pre = goodput(scenario.warmup_s, scenario.surge_start)
     recovered_after = None
-    for w in windows:
+    for w in windows:  # NOTE: sustained: the mean from this window to the horizon
         if w["start_s"] >= scenario.surge_end - 1e-9 and w["end_s"] <= scenario.horizon + 1e-9 \
-                and w["goodput_rps"] >= RECOVERY * pre:
+                and goodput(w["start_s"], scenario.horizon) >= RECOVERY * pre:
             recovered_after = w["end_s"] - scenario.surge_end
             break
     return {"pre_goodput_rps": pre,
@@ -167,10 +172,15 @@ def render(runs: list[dict[str, Any]], png_name: str) -> str:
         "model: compare rows, not absolute numbers), SGLang's LRU prefix cache; goodput = "
         "requests meeting the TTFT and TPOT SLOs per second, bucketed by arrival in 5-minute "
         "windows. Pre-surge = mean of the windows after warm-up and before the surge; "
-        f"recovery = first window after the surge with goodput >= {RECOVERY:.0%} of pre-surge "
-        "(time from the surge's end to that window's end); surge hour = the hour from the "
-        "surge's start. A turned-away request releases its session's next turn (the client "
-        f"moves on). Plot: [{png_name}]({png_name}).", ""]
+        f"recovery = first window after the surge from which the mean goodput up to the hour's "
+        f"end stays >= {RECOVERY:.0%} of pre-surge (time from the surge's end to that window's "
+        "end); surge hour = the hour from the surge's start; post-surge hour = the hour from "
+        "the surge's end. Identical rows (none = max_queue when the queue never reaches "
+        "`max_waiting`) hide each other in the plot. Targets (issue 6): Basin recovers within "
+        "10 minutes, and its surge-hour goodput is >= 1.2x no admission's. The simulator "
+        "models the recompute loop (evicted history is prefilled again, slowing every "
+        "turn); whether the baseline recovers is read off the tables. A turned-away request "
+        f"releases its session's next turn (the client moves on). Plot: [{png_name}]({png_name}).", ""]
     for name in dict.fromkeys(r["scenario"] for r in runs):
         sc = by_name[name]
         rows = [r for r in runs if r["scenario"] == name]

@@ -66,14 +66,17 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=100)
     ap.add_argument("--after", type=int, default=300)
     ap.add_argument("--out", type=Path, default=Path("results/leap"))
+    ap.add_argument("--reanalyse", action="store_true",
+                    help="no server: analyse the feedback log an earlier run left in --out")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     log = (args.out / "feedback.jsonl").resolve()
-    log.unlink(missing_ok=True)
-    prompts = leap_prompts(args.prompts)
-    with ServerProcess(["model.dtype=float32", "+policy=leap", f"server.feedback_log={log}"],
-                       args.out / "server.log") as server:
-        asyncio.run(send_all(server.base_url, prompts, args.max_tokens, args.concurrency))
+    if not args.reanalyse:
+        log.unlink(missing_ok=True)
+        prompts = leap_prompts(args.prompts)
+        with ServerProcess(["model.dtype=float32", "+policy=leap", f"server.feedback_log={log}"],
+                           args.out / "server.log") as server:
+            asyncio.run(send_all(server.base_url, prompts, args.max_tokens, args.concurrency))
     records = [json.loads(line) for line in log.read_text().splitlines()]
     records = [r for r in records if r["features"] is not None and not r["aborted"]
                and r["num_input_tokens"] > 8]  # NOTE: drops SGLang's warm-up and health probes
@@ -84,6 +87,9 @@ def main() -> None:
     after = slice(args.after, len(records))
     rho_after = spearman(pred[after], true[after]) if len(records) > args.after + 10 else float("nan")
     err = np.log(pred[after]) - np.log(np.maximum(true[after], 1))
+    # NOTE: outputs cut at --max-tokens tie at the cap; report the uncut ones apart
+    uncut = (true < args.max_tokens) & (np.arange(len(true)) >= args.after)
+    rho_uncut = spearman(pred[uncut], true[uncut]) if uncut.sum() > 10 else float("nan")
     head = RlsLengthHead(dim=len(records[0]["features"]))
     for r in records:  # NOTE: the same updates, in the same order, as inside the server
         head.update(r["features"], r["num_output_tokens"])
@@ -92,7 +98,9 @@ def main() -> None:
               "curve": curve, f"spearman_after_{args.after}": rho_after,
               "log_error_mean": float(err.mean()) if len(err) else None,
               "log_error_std": float(err.std()) if len(err) else None,
-              "true_length_mean": float(true.mean()), "true_length_p50": float(np.median(true))}
+              "true_length_mean": float(true.mean()), "true_length_p50": float(np.median(true)),
+              "capped_fraction": float((true >= args.max_tokens).mean()),
+              f"spearman_after_{args.after}_uncapped": rho_uncut, "uncapped_after": int(uncut.sum())}
     (args.out / "curve.json").write_text(json.dumps(result, indent=1))
     _plot(curve, args.out / "curve.png", args.window)
     print(f"{'updates':>8} {'spearman':>9}")

@@ -18,12 +18,20 @@ Rules:
   at all, a session is admitted whatever its prediction (no deadlock).
 * **Adaptive budget.** Every ``adapt_interval_s`` the policy looks at the
   history tokens of admitted sessions' later turns that missed the prefix
-  cache (their previous context, minus what was cached at prefill): above
-  ``unhealthy_miss_rate`` the fraction shrinks by ``shrink_factor`` (not below
-  ``min_budget_fraction``), below ``healthy_miss_rate`` it grows by
-  ``grow_step`` (not above ``max_budget_fraction``). That is the recompute
+  cache (their previous context, minus what was cached at prefill), relative
+  to the *reference*: the lowest miss rate of the previous
+  ``reference_intervals`` intervals (what this workload's cache achieves at
+  best; misses that no admission level avoids, e.g. think times longer than
+  any cache residency, are not a signal). More than ``unhealthy_miss_rate``
+  above the reference, the fraction shrinks by ``shrink_factor`` (not below
+  ``min_budget_fraction``); less than ``healthy_miss_rate`` above it, it grows by
+  ``grow_step`` (not above ``max_budget_fraction``), but only if the budget
+  turned a session away in that interval (a budget that does not bind has
+  nothing to learn from a healthy cache). That is the recompute
   loop Basin breaks: too little cache -> recomputation -> slower turns ->
-  longer sessions -> even less cache.
+  longer sessions -> even less cache. A fraction above 1 overcommits: sessions
+  rarely sit at their predicted maximum all at once, so while the cache stays
+  healthy the budget may grow past the pool.
 
 NOTE: all time is host time from the views; state changes only inside
 ``decide``/``observe_finished``/``end_session``, deterministically.
@@ -31,7 +39,7 @@ NOTE: all time is host time from the views; state changes only inside
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Optional
 
@@ -57,14 +65,15 @@ class _Session:
 class BasinPolicy:
     """Basin session admission (see module docs)."""
 
-    def __init__(self, budget_fraction: float = 0.9, min_budget_fraction: float = 0.3,
-                 max_budget_fraction: float = 0.95, shrink_factor: float = 0.8,
-                 grow_step: float = 0.02, unhealthy_miss_rate: float = 0.2,
+    def __init__(self, budget_fraction: float = 1.5, min_budget_fraction: float = 0.3,
+                 max_budget_fraction: float = 3.0, shrink_factor: float = 0.8,
+                 grow_step: float = 0.01, unhealthy_miss_rate: float = 0.2,
                  healthy_miss_rate: float = 0.05, adapt_interval_s: float = 10.0,
-                 idle_timeout_s: float = 120.0, max_held: int = 256, max_wait_s: float = 60.0,
+                 reference_intervals: int = 60,
+                 idle_timeout_s: float = 30.0, max_held: int = 256, max_wait_s: float = 5.0,
                  retry_after_s: float = 5.0, quantile: float = 0.8, prior_growth: float = 4.0) -> None:
-        if not 0 < min_budget_fraction <= budget_fraction <= max_budget_fraction <= 1:
-            raise ValueError("need 0 < min_budget_fraction <= budget_fraction <= max_budget_fraction <= 1")
+        if not 0 < min_budget_fraction <= budget_fraction <= max_budget_fraction:
+            raise ValueError("need 0 < min_budget_fraction <= budget_fraction <= max_budget_fraction")
         if not 0 < shrink_factor < 1 or healthy_miss_rate > unhealthy_miss_rate:
             raise ValueError("need 0 < shrink_factor < 1 and healthy_miss_rate <= unhealthy_miss_rate")
         self.budget_fraction = budget_fraction
@@ -79,6 +88,10 @@ class BasinPolicy:
         self.reserved = 0
         self._missed = self._history = 0
         self._last_adapt: Optional[float] = None
+        self._limited = False
+        """Whether the budget turned a session away since the last adaptation."""
+        self._recent_miss: deque[float] = deque(maxlen=max(1, reference_intervals))
+        """Miss rates of the previous intervals (the reference is their minimum)."""
 
     @staticmethod
     def _sid(session_id: Optional[str], rid: str) -> str:
@@ -100,6 +113,7 @@ class BasinPolicy:
         need = self.predictor.predict(peak, peak, 1)
         first_in_line = not self.held or next(iter(self.held)) == r.rid
         fits = self.reserved + need <= view.kv_capacity_tokens * self.budget_fraction
+        self._limited |= not fits
         if first_in_line and (fits or not self.sessions):
             self.held.pop(r.rid, None)
             self.sessions[sid] = _Session(peak, peak, 0, now, single=r.session_id is None)
@@ -157,9 +171,15 @@ class BasinPolicy:
         if now - self._last_adapt < self.adapt_interval_s or self._history == 0:
             return
         miss = self._missed / self._history
-        if miss > self.unhealthy:
+        excess = miss - (min(self._recent_miss) if self._recent_miss else 0.0)
+        self._recent_miss.append(miss)
+        if excess > self.unhealthy:
             self.budget_fraction = max(self.min_fraction, self.budget_fraction * self.shrink_factor)
-        elif miss < self.healthy:
+        elif excess < self.healthy and self._limited:
+            # NOTE: grow only a budget that binds (as TCP grows only a window
+            # the sender fills): a calm period must not bank headroom that the
+            # next surge would spend at once.
             self.budget_fraction = min(self.max_fraction, self.budget_fraction + self.grow_step)
         self._missed = self._history = 0
+        self._limited = False
         self._last_adapt = now

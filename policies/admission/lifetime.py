@@ -47,21 +47,32 @@ class SessionLifetimePredictor:
         self.min_history = min_history
         self.prior_growth = prior_growth
         self.samples: deque[SessionSample] = deque(maxlen=history)
+        # NOTE: quantiles over the window are cached until the next ``learn``
+        self._ratio: float | None = None
+        self._first_growth: float | None = None
+        self._turns_left: dict[int, float] = {}
 
     def learn(self, sample: SessionSample) -> None:
         self.samples.append(sample)
+        self._ratio = self._first_growth = None
+        self._turns_left.clear()
 
     def predict(self, first_context: int, context: int, turns: int) -> int:
         """Predicted maximum context of a live session."""
         if len(self.samples) < self.min_history:
             return math.ceil(context * self.prior_growth)
-        ratio = quantile([s.max_context / max(1, s.first_context) for s in self.samples], self.q)
-        by_ratio = first_context * ratio
-        longer = [s.turns - turns for s in self.samples if s.turns >= turns] or [0]
+        if self._ratio is None:
+            self._ratio = quantile([s.max_context / max(1, s.first_context) for s in self.samples], self.q)
+            self._first_growth = quantile([(s.max_context - s.first_context) / max(1, s.turns - 1)
+                                           for s in self.samples], 0.5)
+        by_ratio = first_context * self._ratio
+        left = self._turns_left.get(turns)
+        if left is None:
+            longer = [float(s.turns - turns) for s in self.samples if s.turns >= turns] or [0.0]
+            left = self._turns_left[turns] = quantile(longer, self.q)
         if turns > 1:
             growth = (context - first_context) / (turns - 1)
         else:
-            growth = quantile([(s.max_context - s.first_context) / max(1, s.turns - 1)
-                               for s in self.samples], 0.5)
-        by_growth = context + growth * quantile([float(x) for x in longer], self.q)
+            growth = self._first_growth  # type: ignore[assignment]
+        by_growth = context + growth * left
         return math.ceil(max(context, by_ratio, by_growth))
