@@ -48,6 +48,17 @@ def sglang_fields(plan: LaunchPlan) -> dict[str, Any]:
         # Our policies run through SGLang's fcfs slot: the seam re-sorts the queue.
         require("schedule_policy", builtin or "fcfs", f"+policy ({sched.target})")
     if "cache" in plan.policies:
+        cache = plan.policies["cache"]
+        if getattr(policy_class(cache), "evicts_interior", False):
+            # NOTE: never degrade silently to tail-first eviction
+            raise ConfigError(
+                f"+cache ({cache.target}) frees history from the front, which needs a radix cache "
+                "that can hold gaps; the SGLang adapter does not have one yet. It runs in the "
+                "simulator: python -m bench trace=claude_code_sessions +cache=<option>")
+        if cache.params.get("host_tier_tokens"):
+            raise ConfigError(
+                f"cache.host_tier_tokens is simulated only; on the server use SGLang's own "
+                "host tier (sglang.enable_hierarchical_cache=true)")
         require("radix_eviction_policy", EVICTION_STRATEGY_NAME, "+cache")
         if fields.get("disable_radix_cache"):
             raise ConfigError("+cache needs the prefix cache; remove sglang.disable_radix_cache")
