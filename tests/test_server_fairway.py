@@ -11,6 +11,7 @@ from policies.scheduling import QueueView
 from policies.scheduling.fairway import FairwayPolicy
 from policies.views import RequestView
 
+from .bench.fake_server import common_prefix as lcp
 from .conftest import module_server
 from .live import QueueExperiment
 
@@ -32,15 +33,6 @@ PROMPTS = {
     "D_cached": SHARED + "Which city is oldest?",
     "E_uncached_short": "Say hello politely.",
 }
-
-
-def lcp(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def expected_order(tokenize, warm_ids: list[int]) -> list[str]:

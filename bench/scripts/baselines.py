@@ -13,15 +13,13 @@ committed.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
 from bench.config import compose_bench, resolve_bench
 from bench.report import fmt
 from bench.run import run_bench
-from bench.traces.paths import REPO_ROOT
+from bench.scripts.common import add_output_args, git_commit
 
 #: (trace option, time scale): Mooncake at 1x overloads one H100 ~3x; Azure
 #: conversation at 1x leaves it mostly idle.
@@ -50,28 +48,9 @@ def row(policy: str | None, s: dict) -> list[str]:
     ]
 
 
-def git_commit() -> str:
-    """Short commit of the checkout, marked when the bench's sources differ from it."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO_ROOT, text=True, capture_output=True,
-                              check=True).stdout.strip()
-
-    paths = ("--", "bench", "conf", "policies")
-    try:
-        commit = git("rev-parse", "--short", "HEAD")
-        # NOTE: plumbing only: nothing here writes to the repository or its index.
-        dirty = git("diff-index", "--name-only", "HEAD", *paths) or \
-            git("ls-files", "--others", "--exclude-standard", *paths)
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return f"{commit} + uncommitted changes" if dirty else commit
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "baselines.md")
-    parser.add_argument("--results", type=Path, default=Path("results") / "baselines"
-                        / datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
+    add_output_args(parser, "baselines", "baselines")
     args = parser.parse_args()
 
     sections = []

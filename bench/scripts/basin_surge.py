@@ -36,8 +36,7 @@ from typing import Any, Optional
 
 from bench.config import compose_bench, resolve_bench
 from bench.run import run_bench
-from bench.scripts.baselines import git_commit
-from bench.traces.paths import REPO_ROOT
+from bench.scripts.common import add_output_args, git_commit
 
 WINDOW_S = 300.0
 RECOVERY = 0.95
@@ -126,9 +125,7 @@ def analyse(scenario: Scenario, windows: list[dict[str, Any]]) -> dict[str, Any]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "basin_surge.md")
-    parser.add_argument("--results", type=Path, default=Path("results") / "basin_surge"
-                        / datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
+    add_output_args(parser, "basin_surge", "basin_surge")
     parser.add_argument("--only", choices=[s.name for s in SCENARIOS], default=None)
     args = parser.parse_args()
     runs = []

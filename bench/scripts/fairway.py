@@ -31,7 +31,8 @@ import yaml
 from bench.config import compose_bench, resolve_bench
 from bench.report import fmt
 from bench.run import run_bench
-from bench.scripts.baselines import COMMON, git_commit
+from bench.scripts.baselines import COMMON
+from bench.scripts.common import add_output_args, git_commit
 from bench.traces.paths import REPO_ROOT
 
 FAIRWAY_YAML = REPO_ROOT / "conf" / "policy" / "fairway.yaml"
@@ -101,9 +102,7 @@ def sweep(fcfs: dict[str, dict], results: Path) -> tuple[dict[str, Any], list[tu
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "fairway.md")
-    ap.add_argument("--results", type=Path,
-                    default=Path("results") / "fairway" / datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
+    add_output_args(ap, "fairway", "fairway")
     args = ap.parse_args()
     t0 = time.perf_counter()
     table = {sc.name: {} for sc in SCENARIOS}

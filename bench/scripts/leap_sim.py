@@ -26,8 +26,8 @@ from typing import Any
 from bench.config import compose_bench, resolve_bench
 from bench.report import fmt
 from bench.run import run_bench
-from bench.scripts.baselines import COMMON, git_commit
-from bench.traces.paths import REPO_ROOT
+from bench.scripts.baselines import COMMON
+from bench.scripts.common import add_output_args, git_commit
 
 SCENARIOS = (
     ("azure x0.4", ("trace=azure_conversation", "trace.time_scale=0.4")),
@@ -54,21 +54,15 @@ def main() -> None:
     ap.add_argument("--curve", type=Path, default=Path("results/leap/curve.json"))
     ap.add_argument("--log-error-std", type=float, default=None)
     ap.add_argument("--log-error-mean", type=float, default=None)
-    ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "leap.md")
-    ap.add_argument("--results", type=Path,
-                    default=Path("results") / "leap_sim" / datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
+    add_output_args(ap, "leap", "leap_sim")
     args = ap.parse_args()
-    source = "given on the command line"
-    std, mean = args.log_error_std, args.log_error_mean
-    if std is None:
-        curve = json.loads(args.curve.read_text())
-        std, source = curve["log_error_std"], f"measured live ({args.curve}: {curve['requests']} requests)"
-        live = curve
+    # NOTE: the live curve supplies whatever the command line leaves out
+    live = json.loads(args.curve.read_text()) if args.log_error_std is None else None
+    if live is None:
+        std, mean, source = args.log_error_std, args.log_error_mean or 0.0, "given on the command line"
     else:
-        live = None
-    mean = 0.0 if mean is None else mean
-    if live is not None and args.log_error_mean is None:
-        mean = live["log_error_mean"]
+        std, source = live["log_error_std"], f"measured live ({args.curve}: {live['requests']} requests)"
+        mean = live["log_error_mean"] if args.log_error_mean is None else args.log_error_mean
     table: dict[str, dict[str, Any]] = {}
     for name, scenario in SCENARIOS:
         table[name] = {}

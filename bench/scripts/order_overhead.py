@@ -32,7 +32,6 @@ from array import array  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-import yaml  # noqa: E402
 from sglang.srt.managers.schedule_batch import Req  # noqa: E402
 from sglang.srt.managers.schedule_policy import SchedulePolicy  # noqa: E402
 from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator  # noqa: E402
@@ -120,24 +119,20 @@ def sglang_order(name: str):
     return make
 
 
-def fairway_order(tree):
-    params = {k: v for k, v in yaml.safe_load((REPO_ROOT / "conf/policy/fairway.yaml").read_text()).items()
-              if k != "_target_"}
-    clock = {"tokens": 0}
-    return SwitchboardSchedulePolicy("fcfs", tree, False, False, False, order=FairwayPolicy(**params),
-                                     prefill_clock=lambda: clock["tokens"])
+def seam_order(make_policy):
+    """A pure policy through Switchboard's seam, as the server runs it (config defaults).
 
-
-def leap_order(tree):
-    """LEAP through the seam; queued requests carry no features here (all at the prior)."""
-    clock = {"tokens": 0}
-    return SwitchboardSchedulePolicy("fcfs", tree, False, False, False, order=LeapPolicy(),
-                                     prefill_clock=lambda: clock["tokens"])
+    NOTE: LEAP's queued requests carry no features here (all ranked at its prior).
+    """
+    def make(tree):
+        return SwitchboardSchedulePolicy("fcfs", tree, False, False, False, order=make_policy(),
+                                         prefill_clock=lambda: 0)
+    return make
 
 
 ORDERS = {"sglang shortest-prefill-first": sglang_order("shortest-prefill-first"),
           "sglang lpm": sglang_order("lpm"), "sglang hrrn": sglang_order("hrrn"),
-          "switchboard fairway": fairway_order, "switchboard leap": leap_order}
+          "switchboard fairway": seam_order(FairwayPolicy), "switchboard leap": seam_order(LeapPolicy)}
 
 
 def measure(n: int, make, steps: int, seed: int) -> float:

@@ -27,8 +27,8 @@ from pathlib import Path
 from bench.config import compose_bench, resolve_bench
 from bench.report import fmt
 from bench.run import run_bench
-from bench.scripts.baselines import COMMON, git_commit
-from bench.traces.paths import REPO_ROOT
+from bench.scripts.baselines import COMMON
+from bench.scripts.common import add_output_args, git_commit
 
 SESSION_RATE = 0.005
 SESSIONS = 120
@@ -68,9 +68,7 @@ def run_one(capacity: int, label: str, policy: tuple[str, ...], host: bool, resu
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "penelope.md")
-    ap.add_argument("--results", type=Path,
-                    default=Path("results") / "penelope" / datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
+    add_output_args(ap, "penelope", "penelope")
     args = ap.parse_args()
     t0 = time.perf_counter()
     table: dict[tuple[int, bool], dict[str, dict]] = {}

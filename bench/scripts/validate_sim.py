@@ -31,8 +31,7 @@ from bench.config import compose_bench, resolve_bench
 from bench.live.server import ServerProcess
 from bench.report import fmt
 from bench.run import run_bench
-from bench.scripts.baselines import git_commit
-from bench.traces.paths import REPO_ROOT
+from bench.scripts.common import add_output_args, git_commit
 
 TARGET = 0.15
 SERVER_OVERRIDES = ("model.dtype=float32",)
@@ -186,9 +185,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="short windows (development only)")
     ap.add_argument("--calibration", type=Path, help="cpu.json of bench.scripts.calibrate_cpu")
     ap.add_argument("--cases", nargs="+", choices=[c.name for c in CASES], default=[c.name for c in CASES])
-    ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "validation.md")
-    ap.add_argument("--results", type=Path, default=Path("results") / "validation"
-                    / datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
+    add_output_args(ap, "validation", "validation")
     args = ap.parse_args()
     sim_extra = json.loads(args.calibration.read_text())["overrides"] if args.calibration else []
     rows = []

@@ -69,13 +69,14 @@ def load_mooncake(path: Path, name: str = "mooncake", block_size: int = MOONCAKE
 
 def derive_sessions(requests: list[TraceRequest]) -> list[TraceRequest]:
     """Link each request to the conversation it continues (see module docs)."""
-    owner: dict[tuple[int, ...], str] = {}  # block prefix -> conversation id
-    last: dict[str, TraceRequest] = {}      # conversation id -> its latest turn
+    # NOTE: hash ids are prefix-chained (an id names its whole prefix), so the
+    # last shared id of at least SESSION_MIN_BLOCKS blocks identifies the shared prefix.
+    owner: dict[int, str] = {}          # block id -> conversation id
+    last: dict[str, TraceRequest] = {}  # conversation id -> its latest turn
     out: list[TraceRequest] = []
     for r in requests:
-        blocks = tuple(r.block_ids or ())
-        conv = next((owner[blocks[:k]] for k in range(len(blocks), SESSION_MIN_BLOCKS - 1, -1)
-                     if blocks[:k] in owner), None)
+        blocks = list(r.block_ids or ())[SESSION_MIN_BLOCKS - 1:]
+        conv = next((owner[b] for b in reversed(blocks) if b in owner), None)
         if conv is None:
             conv, linked = r.rid, replace(r, session_id=r.rid)
         else:
@@ -83,8 +84,8 @@ def derive_sessions(requests: list[TraceRequest]) -> list[TraceRequest]:
             linked = replace(r, session_id=conv, after=prev.rid,
                              delay_s=max(0.0, r.arrival_s - prev.arrival_s))
         last[conv] = linked
-        for k in range(SESSION_MIN_BLOCKS, len(blocks) + 1):
-            owner[blocks[:k]] = conv
+        for b in blocks:
+            owner[b] = conv
         out.append(linked)
     # NOTE: roots first (sorted by time), then followers, as Trace expects
     return [r for r in out if r.after is None] + [r for r in out if r.after is not None]

@@ -1,0 +1,35 @@
+"""What every results-table script shares: where it writes, and which commit made it."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+from datetime import datetime
+from pathlib import Path
+
+from bench.traces.paths import REPO_ROOT
+
+
+def add_output_args(parser: argparse.ArgumentParser, table: str, results: str) -> None:
+    """``--out`` (the committed table, ``bench/results/<table>.md``) and ``--results``
+    (this run's git-ignored folder, ``results/<results>/<timestamp>``)."""
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / f"{table}.md")
+    parser.add_argument("--results", type=Path, default=Path("results") / results
+                        / datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
+
+
+def git_commit() -> str:
+    """Short commit of the checkout, marked when the bench's sources differ from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, text=True, capture_output=True,
+                              check=True).stdout.strip()
+
+    paths = ("--", "bench", "conf", "policies")
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        # NOTE: plumbing only: nothing here writes to the repository or its index.
+        dirty = git("diff-index", "--name-only", "HEAD", *paths) or \
+            git("ls-files", "--others", "--exclude-standard", *paths)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{commit} + uncommitted changes" if dirty else commit
