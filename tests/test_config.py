@@ -168,3 +168,18 @@ def test_cli_cfg_job_prints_the_config_and_starts_nothing():
     assert cfg["policy"]["_target_"].endswith("ShortestPrefillPolicy")
     assert time.monotonic() - t0 < 60  # composing only: no model, no SGLang
     assert OmegaConf.create(cfg).model.name
+
+
+@pytest.mark.parametrize("path", sorted(p for g in GROUPS for p in (CONF_DIR / g).glob("*.yaml")),
+                         ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_option_yaml_values_are_the_class_defaults(path):
+    """A policy built in code behaves as the one chosen by name (sweeps pick the
+    defaults and both places carry them); YAML may omit optional fields."""
+    import importlib
+    import inspect
+
+    conf = yaml.safe_load(path.read_text())
+    module, _, name = conf.pop("_target_").rpartition(".")
+    params = inspect.signature(getattr(importlib.import_module(module), name)).parameters
+    assert set(conf) <= set(params), f"{path.name}: unknown fields {set(conf) - set(params)}"
+    assert conf == {k: params[k].default for k in conf}

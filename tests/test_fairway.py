@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -96,16 +95,24 @@ def test_order_is_a_deterministic_permutation(items, threshold, w, cap, floor):
     assert a == b
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3000), st.integers(0, 3000), st.integers(0, 5000)), min_size=1, max_size=40),
+       st.integers(0, 10), st.floats(0, 8), st.integers(1, 40), st.floats(1, 20_000))
+def test_a_bounded_head_is_a_prefix_of_the_full_order(items, threshold, cap, admit_limit, budget):
+    """The host asks only for the head it can admit; that head is the full order's."""
+    clock = max(a for _, _, a in items)
+    reqs = tuple(req(f"r{i}", i, work, cached, arrived) for i, (work, cached, arrived) in enumerate(items))
+    full = FairwayPolicy(threshold, 0.0, cap, 0).order(QueueView(reqs, processed_tokens=clock)).order
+    bounded = FairwayPolicy(threshold, 0.0, cap, 0).order(
+        QueueView(reqs, processed_tokens=clock, admit_limit=admit_limit, prefill_budget_tokens=budget)).order
+    work = {r.rid: max(1, r.num_uncached_tokens) for r in reqs}
+    head, taken = 0, 0.0
+    while head < min(admit_limit, len(full)) and taken < budget:
+        taken += work[full[head]]
+        head += 1
+    assert bounded[:head] == full[:head] and sorted(bounded) == sorted(full)
+
+
 def test_rejects_negative_parameters():
     with pytest.raises(ValueError):
         FairwayPolicy(cap_ratio=-1)
-
-
-def test_class_defaults_are_the_swept_config_defaults():
-    import inspect
-
-    import yaml
-
-    conf = yaml.safe_load((Path(__file__).resolve().parents[1] / "conf/policy/fairway.yaml").read_text())
-    defaults = {k: p.default for k, p in inspect.signature(FairwayPolicy).parameters.items()}
-    assert {k: v for k, v in conf.items() if k != "_target_"} == defaults

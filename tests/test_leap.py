@@ -27,6 +27,18 @@ def test_rls_head_recovers_a_linear_log_length_model():
     assert abs(math.log1p(head.predict(x)) - (2.0 + 0.3 * (true_w @ x))) < 0.1
 
 
+def test_rls_head_predicts_many_as_it_predicts_one():
+    rng = np.random.default_rng(1)
+    head = RlsLengthHead(dim=5)
+    for _ in range(50):
+        x = rng.normal(size=5)
+        head.update(x, int(rng.integers(1, 500)))
+    xs = rng.normal(size=(7, 5))
+    assert head.predict_many(xs) == pytest.approx([head.predict(x) for x in xs])
+    with pytest.raises(ValueError):
+        head.predict_many(xs[:, :4])
+
+
 def test_rls_head_round_trips_through_a_file(tmp_path):
     head = RlsLengthHead(dim=3)
     for i in range(20):

@@ -1,7 +1,7 @@
 """Time to order the waiting queue per scheduling step: SGLang's own cache-aware orders
 vs Switchboard's seam with Fairway, on SGLang 0.5.23's default (Rust) radix tree.
 
-    python -m bench.scripts.order_overhead [--sizes 128 1000 10000] [--out bench/results/order_overhead.md]
+    python -m bench.scripts.order_overhead [--sizes 128 1000 10000] [--evict-sizes 1000 10000] [--out bench/results/order_overhead.md]
 
 Workload (realistic prefix sharing, seeded): a 1,500-token system prompt shared
 by every request; conversation sessions whose histories (500-8,000 tokens) are
@@ -12,6 +12,15 @@ prefilled (their prompts inserted into the tree, as the PrefillAdder and the
 cache would) and as many new ones arrive; the time of ``calc_priority`` alone is
 measured, after one warm-up step. Each order runs on its own identical copy of
 the tree and queue, in one process.
+
+The seam is told the head the PrefillAdder can reach, as the server tells it:
+SGLang's default ``max_prefill_tokens`` (16,384) and no request-count bound
+(the server also bounds it by ``get_num_allocatable_reqs``, usually far
+lower with a full running batch). Without evictions the head re-check
+re-matches nothing; ``--evict-sizes`` adds rows where the tree evicts
+``EVICT_TOKENS`` (LRU) every step, so the seam re-matches the head of its
+order (up to 16 requests) every step, as under memory pressure. Hashing the step's inserts (the tracker's hook
+in ``tree_cache.insert``) is charged to the seam's time.
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ import torch  # noqa: E402
 from sglang.srt.managers.schedule_batch import Req  # noqa: E402
 from sglang.srt.managers.schedule_policy import SchedulePolicy  # noqa: E402
 from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator  # noqa: E402
-from sglang.srt.mem_cache.base_prefix_cache import InsertParams  # noqa: E402
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams  # noqa: E402
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
 from sglang.srt.mem_cache.memory_pool import ReqToTokenPool  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
@@ -48,11 +57,14 @@ from sglang.srt.server_args import ServerArgs  # noqa: E402
 from bench.traces.paths import REPO_ROOT  # noqa: E402
 from policies.scheduling.fairway import FairwayPolicy  # noqa: E402
 from policies.scheduling.leap import LeapPolicy  # noqa: E402
+from server.sglang.matching import chained_hashes  # noqa: E402
 from server.sglang.scheduler import SwitchboardSchedulePolicy  # noqa: E402
 
 SYSTEM_TOKENS = 1500
 TARGET = 0.05
 ADMIT_PER_STEP = 4
+MAX_PREFILL_TOKENS = 16384  # SGLang's default --max-prefill-tokens
+EVICT_TOKENS = 2048
 
 
 class _NoReuseAllocator(TokenToKVPoolAllocator):
@@ -106,8 +118,10 @@ class Workload:
         req.arrival_processed_tokens = 0
         return req
 
-    def step(self) -> None:
+    def step(self, evict_tokens: int = 0) -> None:
         """The head is prefilled (its prompt joins the tree), as many new requests arrive."""
+        if evict_tokens:
+            self.tree.evict(EvictParams(num_tokens=evict_tokens))
         for req in self.queue[:ADMIT_PER_STEP]:
             self.insert(list(req.origin_input_ids))
         self.queue = self.queue[ADMIT_PER_STEP:] + [self.new_request() for _ in range(ADMIT_PER_STEP)]
@@ -126,7 +140,8 @@ def seam_order(make_policy):
     """
     def make(tree):
         return SwitchboardSchedulePolicy("fcfs", tree, False, False, False, order=make_policy(),
-                                         prefill_clock=lambda: 0)
+                                         prefill_clock=lambda: 0,
+                                         head_bounds=lambda running: (None, float(MAX_PREFILL_TOKENS)))
     return make
 
 
@@ -135,23 +150,30 @@ ORDERS = {"sglang shortest-prefill-first": sglang_order("shortest-prefill-first"
           "switchboard fairway": seam_order(FairwayPolicy), "switchboard leap": seam_order(LeapPolicy)}
 
 
-def measure(n: int, make, steps: int, seed: int) -> float:
+def measure(n: int, make, steps: int, seed: int, evict_tokens: int = 0) -> float:
     """Mean milliseconds of one ``calc_priority`` in steady state."""
     w = Workload(n, seed)
     policy = make(w.tree)
+    tracker = getattr(policy, "tracker", None)
     times = []
     for i in range(steps + 1):
         t0 = time.perf_counter()
         policy.calc_priority(w.queue, None, processed_tokens=i * 1000)
+        if tracker is not None:
+            # NOTE: the tracker hashes every sequence the tree inserts (in the
+            # scheduler's cache path, outside calc_priority); charged here.
+            for req in w.queue[:ADMIT_PER_STEP]:
+                chained_hashes(req.origin_input_ids, tracker.block, 0)
         if i:
             times.append((time.perf_counter() - t0) * 1e3)
-        w.step()
+        w.step(evict_tokens)
     return statistics.mean(times)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[128, 1000, 10000])
+    ap.add_argument("--evict-sizes", type=int, nargs="*", default=[1000, 10000])
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "order_overhead.md")
     args = ap.parse_args()
@@ -160,9 +182,12 @@ def main() -> None:
     publish(ServerArgs(model_path="dummy", device="cpu"), role="bench",
             ranks=SpawnRanks(world_rank=0, dp_rank=None))
     rows = {}
-    for n in args.sizes:
-        rows[n] = {name: measure(n, make, args.steps, seed=n) for name, make in ORDERS.items()}
-        print(n, {k: round(v, 2) for k, v in rows[n].items()}, flush=True)
+    cases = [(n, 0) for n in args.sizes] + [(n, EVICT_TOKENS) for n in args.evict_sizes]
+    for n, evict in cases:
+        label = f"{n:,}" + (f" (evicting {evict:,}/step)" if evict else "")
+        rows[label] = {name: measure(n, make, args.steps, seed=n, evict_tokens=evict)
+                       for name, make in ORDERS.items()}
+        print(label, {k: round(v, 2) for k, v in rows[label].items()}, flush=True)
     Path("results/order_overhead").mkdir(parents=True, exist_ok=True)
     Path("results/order_overhead/latest.json").write_text(json.dumps(rows, indent=1))
     args.out.write_text(render(rows, args.steps))
@@ -176,13 +201,18 @@ def render(rows: dict, steps: int) -> str:
              f"milliseconds of `calc_priority` over {steps} steady-state steps, one process, one thread, "
              "SGLang 0.5.23's default Rust radix tree, on a 2-core CPU machine. SGLang's `lpm` and `hrrn` "
              "silently order FCFS above 128 waiting requests (their times there are the fallback's); "
-             "`shortest-prefill-first` and Fairway order every queue length.", "",
+             "`shortest-prefill-first`, Fairway and LEAP order every queue length. Switchboard's seam keeps "
+             "the queue as columns across steps (`server/sglang/queue_columns.py`), hits via `MatchTracker`, "
+             "and is told SGLang's default prefill token budget (16,384) as the head bound; "
+             "new arrivals (4 per step) are hashed and matched inside the timed call, and hashing the step's "
+             "inserts (the tracker's insert hook) is charged to Fairway's time. LEAP's order reads no cache "
+             "hits (`uses_cache_hits = False`), so its seam matches nothing.", "",
              "| waiting | " + " | ".join(names) + " | fairway / SPF | leap / SPF |",
              "|---|" + "---|" * (len(names) + 2)]
     for n, row in rows.items():
         spf = row["sglang shortest-prefill-first"]
         ratios = f"{row['switchboard fairway'] / spf:.3f} | {row['switchboard leap'] / spf:.3f}"
-        lines.append(f"| {n:,} | " + " | ".join(f"{row[k]:.2f}" for k in names) + f" | {ratios} |")
+        lines.append(f"| {n} | " + " | ".join(f"{row[k]:.2f}" for k in names) + f" | {ratios} |")
     lines += ["", f"Target (issue 4): <= {TARGET} x SGLang's `shortest-prefill-first` at 1k and 10k "
               "waiting requests, with no fallback at any queue length."]
     return "\n".join(lines + [""])

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence, runtime_checkable
 
+import numpy as np
+
 
 @runtime_checkable
 class LengthPredictor(Protocol):
@@ -16,6 +18,10 @@ class LengthPredictor(Protocol):
 
     def predict(self, features: Sequence[float]) -> float:
         """Expected output tokens for a request with these features (>= 1)."""
+        ...
+
+    def predict_many(self, features: np.ndarray) -> np.ndarray:
+        """``predict`` for each row of a (k x dim) matrix, vectorized."""
         ...
 
     def update(self, features: Sequence[float], output_tokens: int) -> None:

@@ -50,6 +50,14 @@ class RlsLengthHead:
     def predict(self, features: Sequence[float]) -> float:
         return max(1.0, math.expm1(float(self.w @ self._z(features))))
 
+    def predict_many(self, features: np.ndarray) -> np.ndarray:
+        x = np.asarray(features, dtype=float)
+        if x.ndim != 2 or x.shape[1] != self.dim:
+            raise ValueError(f"expected a (k, {self.dim}) feature matrix, got shape {x.shape}")
+        std = np.sqrt(self._m2 / max(1, self.n - 1)) if self.n > 1 else np.ones(self.dim)
+        z = (x - self._mean) / np.where(std > 1e-8, std, 1.0)
+        return np.maximum(1.0, np.expm1(z @ self.w[:-1] + self.w[-1]))
+
     def update(self, features: Sequence[float], output_tokens: int) -> None:
         x = np.asarray(features, dtype=float)
         self.n += 1

@@ -12,6 +12,16 @@ Contract (the policy's side):
     exactly once, nothing else. The host rejects anything else loudly.
   * It is deterministic given the view (ties broken by ``arrival_seq``), so all
     tensor-parallel ranks agree.
+  * Positions beyond the head the host can admit this pass (``admit_limit``,
+    ``prefill_budget_tokens``) may follow a cheaper rule.
+
+Large queues: a policy that can decide from numbers alone also implements
+``rank(QueueColumns)`` (``policies.scheduling.columns``); the server then keeps
+the queue as columns across passes and never builds per-request views.
+
+A policy whose order never reads ``num_cached_tokens`` sets the class attribute
+``uses_cache_hits = False``; the server then does not match waiting requests
+against the prefix cache for it (their ``num_cached_tokens`` stay 0).
 
 A policy that merely reproduces one of SGLang's own orders sets the class
 attribute ``sglang_schedule_policy`` to that ``--schedule-policy`` name; the
@@ -21,6 +31,7 @@ the simulator runs this object (tests check the two agree).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -39,6 +50,13 @@ class QueueView:
     """Prefill tokens the host has processed since it started (a token clock)."""
     num_running: int = 0
     """Requests currently decoding."""
+    admit_limit: int | None = None
+    """At most this many waiting requests can be admitted this pass (``None``:
+    no bound known). With ``prefill_budget_tokens`` it bounds the *head* of
+    the order the host will use (see ``policies.scheduling.columns``)."""
+    prefill_budget_tokens: float = math.inf
+    """The host stops admitting once this many uncached prefill tokens are
+    taken this pass (``inf``: no bound known)."""
 
 
 @dataclass(frozen=True, slots=True)

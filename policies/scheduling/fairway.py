@@ -25,8 +25,11 @@ Added delay is ``waited - fcfs_backlog``: the prefill tokens processed since
 the request arrived minus the work of the older requests that were waiting
 when the policy first saw it (what FCFS would have served first anyway).
 
-NOTE: the policy keeps one integer per waiting request (its FCFS backlog),
-updated deterministically from the views; it forgets requests that leave.
+NOTE: the policy keeps one number per waiting request (its FCFS backlog), keyed
+by ``arrival_seq`` and updated deterministically from each pass's queue; it
+forgets requests that leave. It ranks columns (``rank``); the greedy placement
+of rule 3 runs only as far as the head the host can admit this pass, and the
+rest of the queue follows the score order.
 """
 
 from __future__ import annotations
@@ -35,11 +38,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from policies.scheduling import OrderDecision, QueueView
+from policies.scheduling.columns import ColumnarOrder, QueueColumns
 from policies.views import RequestView
 
 
-class FairwayPolicy:
+class FairwayPolicy(ColumnarOrder):
     """Fairway prefill ordering (see module docs)."""
 
     sglang_schedule_policy: ClassVar[str | None] = None
@@ -55,7 +58,10 @@ class FairwayPolicy:
         self.aging_weight = aging_weight
         self.cap_ratio = cap_ratio
         self.cap_floor_tokens = cap_floor_tokens
-        self._fcfs_backlog: dict[str, int] = {}
+        self._known_seq = np.zeros(0, np.int64)
+        """``arrival_seq`` of the requests seen last pass, ascending."""
+        self._known_backlog = np.zeros(0)
+        """Their FCFS backlogs (same order)."""
 
     @staticmethod
     def work(r: RequestView) -> int:
@@ -72,75 +78,83 @@ class FairwayPolicy:
         return self.cap_ratio * max(self.work(r), self.cap_floor_tokens)
 
     def added_delay(self, r: RequestView, clock: int) -> int:
+        """Prefill tokens of younger requests served while ``r`` waited (as of the last pass)."""
         waited = max(0, clock - r.arrival_processed_tokens)
-        return max(0, waited - self._fcfs_backlog.get(r.rid, 0))
+        j = int(np.searchsorted(self._known_seq, r.arrival_seq))
+        known = j < len(self._known_seq) and self._known_seq[j] == r.arrival_seq
+        return max(0, waited - int(self._known_backlog[j] if known else 0))
 
-    def order(self, queue: QueueView) -> OrderDecision:
-        reqs = queue.requests
-        n = len(reqs)
+    def rank(self, queue: QueueColumns) -> np.ndarray:
+        n = len(queue)
         if n == 0:
-            return OrderDecision(())
-        # NOTE: vectorized (numpy) so a step over 10k waiting requests stays in
-        # milliseconds; the semantics are those of the scalar methods above.
-        clock = float(queue.processed_tokens)
-        work = np.fromiter((r.num_input_tokens - r.num_cached_tokens for r in reqs), float, n)
-        np.maximum(work, 1.0, out=work)
-        waited = np.maximum(clock - np.fromiter((r.arrival_processed_tokens for r in reqs), float, n), 0.0)
-        seq = np.fromiter((r.arrival_seq for r in reqs), np.int64, n)
-        score = work / (1.0 + self.aging_weight * waited / work)
-        ranked = np.lexsort((seq, score))  # by score, ties by arrival
-        by_arrival = np.argsort(seq, kind="stable")
-        rids = [r.rid for r in reqs]
-        self._update_backlog(rids, by_arrival, work)
+            return np.zeros(0, np.int64)
+        # NOTE: vectorized over the columns; the semantics are those of the
+        # scalar methods above.
+        work = queue.work
+        waited = np.maximum(float(queue.processed_tokens) - queue.arrival_processed_tokens, 0.0)
+        score = work / (1.0 + self.aging_weight * waited / work) if self.aging_weight else work
+        ranked = np.lexsort((queue.arrival_seq, score))  # by score, ties by arrival
+        by_arrival = np.argsort(queue.arrival_seq, kind="stable")
+        older_work = np.concatenate(([0.0], np.cumsum(work[by_arrival])[:-1]))
+        backlog = self._update_backlog(queue.arrival_seq, by_arrival, older_work)
         if n <= self.queue_threshold:
-            return OrderDecision(tuple(rids[i] for i in ranked.tolist()))
-
-        backlog = np.fromiter((self._fcfs_backlog[rid] for rid in rids), float, n)
+            return ranked
         added = np.maximum(waited - backlog, 0.0)
         budget = self.cap_ratio * np.maximum(work, self.cap_floor_tokens) - added
-        return OrderDecision(tuple(rids[i] for i in self._place(ranked, by_arrival, work, budget)))
+        head = self._place(ranked, by_arrival, older_work, work, budget,
+                           queue.head_size, queue.prefill_budget_tokens)
+        placed = np.zeros(n, bool)
+        placed[head] = True
+        return np.concatenate((head, ranked[~placed[ranked]]))
 
-    def _update_backlog(self, rids: list[str], by_arrival: np.ndarray, work: np.ndarray) -> None:
-        """FCFS backlog of newly seen requests: the work of the older ones waiting now."""
-        older = np.concatenate(([0.0], np.cumsum(work[by_arrival])[:-1]))
-        old = self._fcfs_backlog
-        self._fcfs_backlog = {rids[i]: old.get(rids[i], older[pos])
-                              for pos, i in enumerate(by_arrival.tolist())}
+    def _update_backlog(self, seq: np.ndarray, by_arrival: np.ndarray, older_work: np.ndarray) -> np.ndarray:
+        """Per-row FCFS backlog; a request seen for the first time gets the work
+        of the older requests waiting now."""
+        seq_sorted = seq[by_arrival]
+        known = self._known_seq
+        idx = np.minimum(np.searchsorted(known, seq_sorted), max(0, len(known) - 1))
+        found = (known[idx] == seq_sorted) if len(known) else np.zeros(len(seq), bool)
+        backlog_sorted = np.where(found, self._known_backlog[idx] if len(known) else 0.0, older_work)
+        self._known_seq, self._known_backlog = seq_sorted.copy(), backlog_sorted
+        backlog = np.empty(len(seq))
+        backlog[by_arrival] = backlog_sorted
+        return backlog
 
     @staticmethod
-    def _place(ranked: np.ndarray, by_arrival: np.ndarray, work: np.ndarray,
-               budget: np.ndarray) -> list[int]:
+    def _place(ranked: np.ndarray, by_arrival: np.ndarray, older_work: np.ndarray, work: np.ndarray,
+               budget: np.ndarray, max_requests: int, max_tokens: float) -> np.ndarray:
         """Greedy placement: score order, but an older request goes first as soon
-        as a younger one would exceed its remaining allowance (``budget``)."""
+        as a younger one would exceed its remaining allowance (``budget``).
+        Stops once ``max_requests`` are placed or ``max_tokens`` of work is."""
         # NOTE: when the anchor is the oldest request not yet placed, every older
         # request is placed, so the work placed ahead of it by *younger* requests
         # is the total placed minus the work of all older ones (a prefix sum):
-        # O(1) per check, O(n) per pass after the sort.
-        arrival = by_arrival.tolist()
-        w = work.tolist()
-        b = budget.tolist()
-        older_work = np.concatenate(([0.0], np.cumsum(work[by_arrival])[:-1])).tolist()
-        pos_of = [0] * len(arrival)
-        for pos, i in enumerate(arrival):
-            pos_of[i] = pos
-        placed_flags = [False] * len(arrival)
+        # O(1) per check, O(head) per pass after the sort.
+        # NOTE: numpy scalar reads, not list conversions: only the head is
+        # visited, so this is O(head) Python whatever the queue length.
+        pos_of = np.empty(len(by_arrival), np.int64)
+        pos_of[by_arrival] = np.arange(len(by_arrival))
+        placed_flags = bytearray(len(by_arrival))
         out: list[int] = []
         placed_work = 0.0
         oldest = 0  # arrival position of the oldest request not yet placed
-        for i in ranked.tolist():
-            p = pos_of[i]
+        for i in ranked:
+            if len(out) >= max_requests or placed_work >= max_tokens:
+                break
+            p = int(pos_of[i])
             if placed_flags[p]:
                 continue
+            w_i = float(work[i])
             while True:
                 while placed_flags[oldest]:
                     oldest += 1
-                a = arrival[oldest]
-                if oldest == p or placed_work - older_work[oldest] + w[i] <= b[a]:
+                a = int(by_arrival[oldest])
+                if oldest == p or placed_work - older_work[oldest] + w_i <= budget[a]:
                     break
-                placed_flags[oldest] = True
+                placed_flags[oldest] = 1
                 out.append(a)
-                placed_work += w[a]
-            placed_flags[p] = True
-            out.append(i)
-            placed_work += w[i]
-        return out
+                placed_work += float(work[a])
+            placed_flags[p] = 1
+            out.append(int(i))
+            placed_work += w_i
+        return np.array(out, dtype=np.int64)

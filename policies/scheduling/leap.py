@@ -14,6 +14,9 @@ the serving model's own prefill hidden state by a linear head learned online.
   finished lengths). Aging divides the rank by ``1 + waited / aging_tokens``
   (waiting on the prefill-token clock), so nothing starves.
 
+NOTE: the policy ranks columns (``rank``): one vectorized prediction over the
+rows that carry features and one sort per pass, whatever the queue length.
+
 NOTE: inside SGLang the features of a request exist only after its prefill, so
 what LEAP reorders there are requests that come back to the queue (retracted
 under memory pressure, or resumed); fresh arrivals keep arrival order under the
@@ -27,21 +30,25 @@ import math
 from pathlib import Path
 from typing import ClassVar, Optional
 
+import numpy as np
+
 from policies.feedback import FinishedView
 from policies.predictors import LengthPredictor
 from policies.predictors.rls import RlsLengthHead
-from policies.scheduling import OrderDecision, QueueView, ordered_by
+from policies.scheduling.columns import ColumnarOrder, QueueColumns
 from policies.views import RequestView
 
 
-class LeapPolicy:
+class LeapPolicy(ColumnarOrder):
     """LEAP scheduling (see module docs)."""
 
     sglang_schedule_policy: ClassVar[str | None] = None
+    uses_cache_hits: ClassVar[bool] = False
+    """The order reads predicted output lengths only: no prefix matching needed."""
 
     def __init__(self, hidden_state_layer: int = 15, feature_dim: int = 576,
                  forgetting: float = 0.999, ridge: float = 1.0, prior_tokens: float = 64.0,
-                 aging_tokens: float = 8192.0, head_path: Optional[str] = None) -> None:
+                 aging_tokens: float = 1048576.0, head_path: Optional[str] = None) -> None:
         if hidden_state_layer < 0 or aging_tokens <= 0:
             raise ValueError("need hidden_state_layer >= 0 and aging_tokens > 0")
         self.hidden_state_layer = hidden_state_layer
@@ -58,18 +65,13 @@ class LeapPolicy:
         """Geometric-mean output length of finished requests (the no-features guess)."""
         return math.expm1(self._log_sum / self._count)
 
-    def predicted_remaining(self, r: RequestView) -> float:
-        total = self.predictor.predict(r.features) if r.features is not None else self.prior_tokens
-        return max(1.0, total - r.num_output_tokens)
-
-    def order(self, queue: QueueView) -> OrderDecision:
-        clock = queue.processed_tokens
-
-        def key(r: RequestView) -> tuple[float, int]:
-            waited = max(0, clock - r.arrival_processed_tokens)
-            return (self.predicted_remaining(r) / (1.0 + waited / self.aging_tokens), r.arrival_seq)
-
-        return ordered_by(queue, key)
+    def rank(self, queue: QueueColumns) -> np.ndarray:
+        total = np.full(len(queue), self.prior_tokens)
+        if len(queue.feature_rows):
+            total[queue.feature_rows] = self.predictor.predict_many(queue.features)
+        remaining = np.maximum(total - queue.num_output_tokens, 1.0)
+        waited = np.maximum(float(queue.processed_tokens) - queue.arrival_processed_tokens, 0.0)
+        return np.lexsort((queue.arrival_seq, remaining / (1.0 + waited / self.aging_tokens)))
 
     def observe_finished(self, view: FinishedView) -> None:
         if view.aborted:

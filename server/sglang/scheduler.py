@@ -15,10 +15,12 @@ Where each kind decides (hop numbers of docs/lifecycle.md):
 from __future__ import annotations
 
 import functools
+import math
 import time
 from http import HTTPStatus
 from typing import Any, Callable, Optional
 
+import numpy as np
 from sglang.srt.managers import scheduler as sglang_scheduler
 from sglang.srt.managers.schedule_policy import (
     AddReqResult,
@@ -30,11 +32,12 @@ from sglang.srt.managers.schedule_policy import (
 from policies.admission import AdmissionAction, AdmissionDecision, AdmissionPolicy, AdmissionView
 from policies.feedback import EndsSessions
 from policies.scheduling import QueueView, SchedulingPolicy, check_permutation
-from policies.views import RequestView
+from policies.scheduling.columns import RanksColumns, check_ranking
 from server.sglang.admission import rejection_message
 from server.sglang.capture import HiddenStateCapture
 from server.sglang.feedback import FinishReporter, streamer_class
 from server.sglang.matching import MatchTracker
+from server.sglang.queue_columns import QueueColumnStore
 from server.sglang.views import request_view, stamp_arrival
 
 #: Requests at the front of each decided order whose cache hit is re-checked
@@ -126,14 +129,18 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
     """SGLang's ``SchedulePolicy`` with the queue order decided by a pure policy.
 
     Without an order policy it keeps SGLang's own order (``--schedule-policy``)
-    and only keeps deferred requests at the back.
+    and only keeps deferred requests at the back. With one, the queue is kept
+    as rows of a ``QueueColumnStore`` across passes, cache hits by a
+    ``MatchTracker``; a policy that ranks columns (``RanksColumns``) is called
+    with them, any other with ``RequestView``s.
     """
 
     def __init__(self, policy: str, tree_cache: Any, enable_hierarchical_cache: bool,
                  enable_priority_scheduling: bool, schedule_low_priority_values_first: bool,
                  *, order: Optional[SchedulingPolicy] = None,
                  gate: Optional[AdmissionGate] = None,
-                 prefill_clock: Optional[Callable[[], int]] = None) -> None:
+                 prefill_clock: Optional[Callable[[], int]] = None,
+                 head_bounds: Optional[Callable[[Any], tuple[Optional[int], float]]] = None) -> None:
         # NOTE: with our own order we run SGLang's cache-aware (lpm) slot, so the
         # queue is prefix-matched each pass and the scheduler treats it as matched.
         super().__init__("lpm" if order is not None else policy, tree_cache,
@@ -142,11 +149,19 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
         self.order_policy = order
         self.gate = gate
         self.prefill_clock = prefill_clock
+        self.head_bounds = head_bounds
+        """``running_batch -> (admit_limit, prefill_budget_tokens)`` of this pass."""
+        self.store = QueueColumnStore()
+        self._columnar = isinstance(order, RanksColumns) and not getattr(
+            order, "needs_in_batch_duplicates", False)
         self.tracker: Optional[MatchTracker] = None
-        self._views: dict[str, tuple[int, bool, RequestView]] = {}
-        if order is not None and not getattr(tree_cache, "disable", False):
+        # NOTE: no tracker when the policy reads no hits, or when SGLang's
+        # in-batch rule re-matches the whole queue every pass anyway.
+        if (order is not None and getattr(order, "uses_cache_hits", True)
+                and not getattr(order, "needs_in_batch_duplicates", False)
+                and not getattr(tree_cache, "disable", False)):
             self.tracker = MatchTracker(tree_cache)
-            self.tracker.watch_inserts()
+            self.tracker.watch_tree()
 
     def _determine_active_policy(self, waiting_queue: list) -> Any:
         if self.order_policy is not None:
@@ -154,6 +169,12 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
             # the chosen policy decides for every queue length.
             return self.policy
         return super()._determine_active_policy(waiting_queue)
+
+    def forget(self, req: Any) -> None:
+        """``req`` (re-)enters the queue: drop what is kept about its last stay."""
+        self.store.forget(req)
+        if self.tracker is not None:
+            self.tracker.forget(req.rid)
 
     def calc_priority(self, waiting_queue: list, running_batch: Any = None,
                       processed_tokens: int = 0) -> None:
@@ -166,45 +187,61 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
             self._apply_order(waiting_queue, running_batch, clock)
         if self.gate is not None:
             waiting_queue.sort(key=is_deferred)  # stable: deferred go last
+            self.store.remember(None)  # NOTE: the rows no longer follow the queue
 
     def _apply_order(self, waiting_queue: list, running_batch: Any, clock: int) -> None:
+        sync = self.store.sync(waiting_queue)
+        if self.tracker is not None:
+            for req in sync.departed:
+                self.tracker.forget(req.rid)
+            for req in sync.arrived:
+                self.tracker.add(req)
+                self.store.set_cached(req)
+            for req in self.tracker.apply_inserts():
+                self.store.set_cached(req)
         if not waiting_queue:
-            self._views.clear()
             return
         duplicates: set = set()
         if getattr(self.order_policy, "needs_in_batch_duplicates", False):
             # NOTE: SGLang's in-batch rule needs a full re-match of the queue.
             duplicates = self._compute_prefix_matches(waiting_queue, self.policy)
-        elif self.tracker is not None:
-            self.tracker.refresh(waiting_queue)
+            for req in waiting_queue:
+                self.store.set_cached(req)
         num_running = len(running_batch.reqs) if running_batch is not None else 0
-        order = self._decide(waiting_queue, duplicates, clock, num_running)
-        by_rid = {r.rid: r for r in waiting_queue}
+        bounds: tuple[Optional[int], float] = (None, math.inf)
+        # NOTE: deferred requests are moved behind the order afterwards, so the
+        # adder may reach past the policy's head: then the whole order counts.
+        if self.head_bounds is not None and not (self.gate is not None and any(map(is_deferred, waiting_queue))):
+            bounds = self.head_bounds(running_batch)
+        positions = self._decide(waiting_queue, sync.rows, duplicates, clock, num_running, bounds)
         if self.tracker is not None:
-            head = [by_rid[rid] for rid in order[:HEAD_RECHECK]]
-            if self.tracker.recheck(head):  # an eviction shortened a hit near the front
-                order = self._decide(waiting_queue, duplicates, clock, num_running)
-        waiting_queue[:] = [by_rid[rid] for rid in order]  # NOTE: in place: the scheduler holds it
-        if len(self._views) > 2 * len(waiting_queue) + 64:  # forget departed requests
-            self._views = {rid: v for rid, v in self._views.items() if rid in by_rid}
+            head = [waiting_queue[i] for i in positions[:HEAD_RECHECK].tolist()]
+            changed = self.tracker.recheck(head)
+            if changed:  # an eviction shortened a hit near the front
+                for req in changed:
+                    self.store.set_cached(req)
+                positions = self._decide(waiting_queue, sync.rows, duplicates, clock, num_running, bounds)
+        waiting_queue[:] = [waiting_queue[i] for i in positions.tolist()]  # NOTE: in place: the scheduler holds it
+        self.store.remember(waiting_queue, sync.rows[positions])
 
-    def _decide(self, waiting_queue: list, duplicates: set, clock: int, num_running: int) -> tuple[str, ...]:
-        queue = QueueView(requests=tuple(self._view(r, r.rid in duplicates) for r in waiting_queue),
-                          now=time.perf_counter(), processed_tokens=clock, num_running=num_running)
+    def _decide(self, waiting_queue: list, rows: np.ndarray, duplicates: set, clock: int,
+                num_running: int, bounds: tuple[Optional[int], float]) -> np.ndarray:
+        """Queue positions, best first, from the policy."""
+        now = time.perf_counter()
+        admit_limit, budget = bounds
+        if self._columnar:
+            columns = self.store.columns(rows, now=now, processed_tokens=clock, num_running=num_running,
+                                         admit_limit=admit_limit, prefill_budget_tokens=budget)
+            positions = np.asarray(self.order_policy.rank(columns))
+            check_ranking(len(waiting_queue), positions)
+            return positions
+        queue = QueueView(requests=self.store.views(waiting_queue, rows, duplicates), now=now,
+                          processed_tokens=clock, num_running=num_running,
+                          admit_limit=admit_limit, prefill_budget_tokens=budget)
         decision = self.order_policy.order(queue)  # type: ignore[union-attr]
         check_permutation(queue, decision)
-        return decision.order
-
-    def _view(self, req: Any, duplicate: bool) -> RequestView:
-        """The request's view, rebuilt only when its cache hit or flag changed."""
-        matched = int(getattr(req, "num_matched_prefix_tokens", 0) or 0)
-        cached = self._views.get(req.rid)
-        if cached is not None and cached[0] == matched and cached[1] == duplicate \
-                and cached[2].num_input_tokens == len(req.origin_input_ids) + len(req.output_ids):
-            return cached[2]
-        view = request_view(req, duplicate)
-        self._views[req.rid] = (matched, duplicate, view)
-        return view
+        position = {r.rid: i for i, r in enumerate(waiting_queue)}
+        return np.fromiter((position[rid] for rid in decision.order), np.int64, len(waiting_queue))
 
 
 @functools.lru_cache(maxsize=None)
@@ -260,7 +297,26 @@ def scheduler_class(order: Optional[SchedulingPolicy], admission: Optional[Admis
                 self.enable_priority_scheduling, self.schedule_low_priority_values_first,
                 order=order, gate=self._switchboard_gate,
                 prefill_clock=lambda: self._switchboard_prefill_tokens,
+                head_bounds=self._switchboard_head_bounds,
             )
+
+        def _switchboard_head_bounds(self, running_batch: Any) -> tuple[Optional[int], float]:
+            """How far into the order this pass's PrefillAdder can get at most.
+
+            NOTE: the adder stops at the first request it cannot take (batch
+            full: ``get_num_allocatable_reqs``; token budget: SGLang's
+            ``max_prefill_tokens``, or the chunk size when larger). It walks past
+            requests only when it skips them (LoRA capacity, storage prefetch,
+            priority preemption), so with those features on, no bound is given
+            and the policy orders the whole queue.
+            """
+            if (self.enable_lora or self.enable_priority_preemption
+                    or getattr(self, "enable_hicache_storage", False) or getattr(self, "enable_lmcache", False)):
+                return None, math.inf
+            running_bs = len(running_batch.reqs) if running_batch is not None else 0
+            limit = max(0, int(self.get_num_allocatable_reqs(running_bs, running_batch=running_batch)))
+            budget = max(int(self.max_prefill_tokens), int(self.chunked_prefill_size or 0))
+            return limit, float(budget) if budget > 0 else math.inf
 
         def run_batch(self, batch: Any, pp_proxy_tensors: Any = None) -> Any:
             mode = batch.forward_mode
@@ -283,6 +339,7 @@ def scheduler_class(order: Optional[SchedulingPolicy], admission: Optional[Admis
 
         def _add_request_to_queue(self, req: Any, is_retracted: bool = False) -> None:
             stamp_arrival(req, self._switchboard_prefill_tokens)
+            self.policy.forget(req)  # NOTE: a re-queued request is read afresh
             if not is_retracted and not getattr(req, CHECKED_ATTR, False):
                 setattr(req, CHECKED_ATTR, True)
                 if not self._switchboard_admit_on_arrival(req):
