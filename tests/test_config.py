@@ -146,7 +146,7 @@ def run_cli(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
         (["sglang.max_runing_requests=8"], "unknown config key 'sglang.max_runing_requests'"),
         (["sglang.max_running_requests=abc"], "invalid value for 'sglang.max_running_requests'"),
         (["sglang.schedule_policy=nope"], "invalid value for 'sglang.schedule_policy'"),
-        (["+cache=penelope"], "needs a radix cache that can hold gaps"),
+        (["+cache=penelope", "sglang.page_size=16"], "sglang.page_size=16 conflicts with +cache"),
         (["+cache=lru", "++cache.host_tier_tokens=1000"], "cache.host_tier_tokens is simulated only"),
     ],
 )

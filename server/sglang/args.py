@@ -22,6 +22,9 @@ from server.resolve import LaunchPlan
 
 #: ``--radix-eviction-policy`` value that selects Switchboard's eviction seam.
 EVICTION_STRATEGY_NAME = "switchboard"
+#: ``--radix-cache-backend`` of the gap cache (= ``server.sglang.gap_cache.GAP_CACHE_BACKEND``;
+#: not imported from there: that module imports torch and SGLang's cache).
+GAP_CACHE_BACKEND = "switchboard_gap"
 
 
 class _RaisingParser(argparse.ArgumentParser):
@@ -49,17 +52,25 @@ def sglang_fields(plan: LaunchPlan) -> dict[str, Any]:
         require("schedule_policy", builtin or "fcfs", f"+policy ({sched.target})")
     if "cache" in plan.policies:
         cache = plan.policies["cache"]
-        if getattr(policy_class(cache), "evicts_interior", False):
-            # NOTE: never degrade silently to tail-first eviction
-            raise ConfigError(
-                f"+cache ({cache.target}) frees history from the front, which needs a radix cache "
-                "that can hold gaps; the SGLang adapter does not have one yet. It runs in the "
-                "simulator: python -m bench trace=claude_code_sessions +cache=<option>")
         if cache.params.get("host_tier_tokens"):
             raise ConfigError(
                 f"cache.host_tier_tokens is simulated only; on the server use SGLang's own "
                 "host tier (sglang.enable_hierarchical_cache=true)")
-        require("radix_eviction_policy", EVICTION_STRATEGY_NAME, "+cache")
+        if getattr(policy_class(cache), "evicts_interior", False):
+            # NOTE: front eviction needs a cache that holds gaps: ours, through
+            # SGLang's cache registry (server/sglang/gap_cache.py); never a
+            # silent fallback to tail-first eviction.
+            why = f"+cache ({cache.target}) freeing history from the front (gap cache)"
+            require("radix_cache_backend", GAP_CACHE_BACKEND, why)
+            require("page_size", 1, why)
+            # NOTE: a gap chunk's checkpoint hands the request its cached tail
+            # before the next chunk is planned; overlap scheduling plans first.
+            require("disable_overlap_schedule", True, why)
+            for flag in ("enable_hierarchical_cache", "speculative_algorithm"):
+                if fields.get(flag):
+                    raise ConfigError(f"sglang.{flag} conflicts with {why}")
+        else:
+            require("radix_eviction_policy", EVICTION_STRATEGY_NAME, "+cache")
         if fields.get("disable_radix_cache"):
             raise ConfigError("+cache needs the prefix cache; remove sglang.disable_radix_cache")
     if plan.device == "cpu":

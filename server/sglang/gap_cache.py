@@ -166,6 +166,48 @@ class GapRadixCache(bpc.BasePrefixCache):
         filled meanwhile) stays the caller's to free."""
         return self.tree.fill(node, start, end, indices)
 
+    def req_key(self, req: Any, length: int) -> Any:
+        """The tree key of ``req``'s first ``length`` tokens."""
+        return radix_cache.RadixKey(req.full_untruncated_fill_ids[:length], req.extra_key,
+                                    is_bigram=self.is_eagle, cache_salt=req.cache_salt)
+
+    def gap_at(self, req: Any, start: int) -> Optional[int]:
+        """End of the gap that starts at token ``start`` of ``req``'s path, if
+        cached KV follows it (so prefilling only the gap pays off); else ``None``.
+
+        NOTE: the last prompt token is never counted as cached (SGLang computes
+        it for the first output's logits)."""
+        gm = self.match_with_gaps(self.req_key(req, len(req.full_untruncated_fill_ids) - 1))
+        if not gm.gaps or gm.gaps[0][0] != start:
+            return None
+        end = gm.gaps[0][1]
+        return end if any(seg_start == end for seg_start, _, _ in gm.tail) else None
+
+    def _adopt_cached_continuation(self, req: Any, up_to: int) -> None:
+        """After a chunk of ``req`` (``up_to`` < its length): take the tree's
+        contiguous cached continuation as the request's prefix, so the next chunk
+        starts after it. This is how a cached tail after a recomputed gap is
+        reused. NOTE: exact for any cached continuation: a prefix cache's KV of a
+        token depends only on the tokens up to it, and the tail's were computed
+        after identical tokens at identical positions."""
+        full_len = len(req.full_untruncated_fill_ids)
+        path = self.tree.walk(self._key(self.req_key(req, full_len - 1)))
+        last = None
+        for n in path:
+            if n.hollow:
+                break
+            last = n
+        if last is None or last.end <= up_to:
+            return
+        indices = self.path_device_indices(last)
+        self.req_to_token_pool.write((req.kv.req_pool_idx, slice(up_to, last.end)), indices[up_to:last.end])
+        self.unlock(req.lock)
+        req.lock = self.lock(last)
+        req.last_node = last
+        req.kv.cache_protected_len = last.end
+        req.kv.cache_inserted_len = max(req.kv.cache_inserted_len, last.end)
+        req.extend_end = last.end  # NOTE: checkpoint_kv_cache makes it the prefix
+
     def _cat(self, values: list[torch.Tensor]) -> torch.Tensor:
         return torch.cat(values) if values else self._empty
 
@@ -205,6 +247,8 @@ class GapRadixCache(bpc.BasePrefixCache):
         req.lock = self.lock(result.last_device_node)
         req.kv.cache_protected_len = len(new_indices)
         req.last_node = result.last_device_node
+        if not req.finished() and up_to < len(req.full_untruncated_fill_ids):
+            self._adopt_cached_continuation(req, up_to)
 
     # ------------------------------------------------------ eviction, locks
     def evict(self, params: bpc.EvictParams) -> bpc.EvictResult:

@@ -57,7 +57,13 @@ def install(plan) -> None:  # plan: server.resolve.LaunchPlan
     HookRegistry.register(SCHEDULER_TARGET, scheduler_class(order, admission, plan.feedback_log),
                           HookType.REPLACE)
     if "cache" in plan.policies:
-        install_eviction_policy(build_policy(plan.policies["cache"]))
+        cache = build_policy(plan.policies["cache"])
+        if getattr(cache, "evicts_interior", False):
+            from server.sglang.gap_cache import register_gap_cache
+
+            register_gap_cache(cache)  # NOTE: --radix-cache-backend switchboard_gap (args.py)
+        else:
+            install_eviction_policy(cache)
     log.info("switchboard plugin: order=%s admission=%s cache=%s",
              type(order).__name__ if order else "sglang", type(admission).__name__ if admission else "none",
              plan.policies["cache"].target if "cache" in plan.policies else "sglang")

@@ -36,6 +36,7 @@ from policies.scheduling.columns import RanksColumns, check_ranking
 from server.sglang.admission import rejection_message
 from server.sglang.capture import HiddenStateCapture
 from server.sglang.feedback import FinishReporter, streamer_class
+from server.sglang.gap_prefill import GapRecomputeCounter, gap_chunk_limit, gap_prefill_adder
 from server.sglang.matching import MatchTracker
 from server.sglang.queue_columns import QueueColumnStore
 from server.sglang.views import request_view, stamp_arrival
@@ -170,6 +171,14 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
             return self.policy
         return super()._determine_active_policy(waiting_queue)
 
+    def shortest_prefill_chunk_limit(self, chunked_req: Any, waiting_queue: list, budget: int,
+                                     page_size: int) -> Optional[int]:
+        limit = super().shortest_prefill_chunk_limit(chunked_req, waiting_queue, budget, page_size)
+        gap = gap_chunk_limit(self.tree_cache, chunked_req)  # NOTE: the next gap ends the chunk
+        if gap is None:
+            return limit
+        return gap if limit is None else min(gap, limit)
+
     def forget(self, req: Any) -> None:
         """``req`` (re-)enters the queue: drop what is kept about its last stay."""
         self.store.forget(req)
@@ -292,6 +301,8 @@ def scheduler_class(order: Optional[SchedulingPolicy], admission: Optional[Admis
                 HiddenStateCapture(self.tp_worker.model_runner.model, feature_layer)
                 if feature_layer is not None else None)
             self._switchboard_gate = AdmissionGate(self, admission) if admission else None
+            # NOTE: gap recompute whenever the cache can hold gaps (+cache=penelope)
+            self._switchboard_gaps = GapRecomputeCounter() if hasattr(self.tree_cache, "gap_at") else None
             self.policy = SwitchboardSchedulePolicy(
                 self.schedule_policy, self.tree_cache, self.enable_hierarchical_cache,
                 self.enable_priority_scheduling, self.schedule_low_priority_values_first,
@@ -323,6 +334,8 @@ def scheduler_class(order: Optional[SchedulingPolicy], admission: Optional[Admis
             prefill = mode.is_extend() and not mode.is_target_verify()
             if prefill and batch.extend_num_tokens:
                 self._switchboard_prefill_tokens += batch.extend_num_tokens
+                if self._switchboard_gaps is not None:
+                    self._switchboard_gaps.observe(batch)
             result = super().run_batch(batch, pp_proxy_tensors)
             if prefill and self._switchboard_capture is not None:
                 self._switchboard_capture.attach(batch.reqs)
@@ -330,6 +343,8 @@ def scheduler_class(order: Optional[SchedulingPolicy], admission: Optional[Admis
 
         def get_prefill_adder_class(self) -> type[PrefillAdder]:
             adder = super().get_prefill_adder_class()
+            if self._switchboard_gaps is not None:
+                adder = gap_prefill_adder(adder)
             return _gated_adder(adder) if self._switchboard_gate is not None else adder
 
         def init_req_max_new_tokens(self, req: Any) -> None:
