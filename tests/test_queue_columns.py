@@ -17,7 +17,7 @@ from policies.scheduling import OrderDecision, QueueView  # noqa: E402
 from policies.scheduling.fairway import FairwayPolicy  # noqa: E402
 from server.sglang.matching import MatchTracker  # noqa: E402
 from server.sglang.queue_columns import QueueColumnStore  # noqa: E402
-from server.sglang.scheduler import SwitchboardSchedulePolicy  # noqa: E402
+from server.sglang.ordering import SwitchboardSchedulePolicy  # noqa: E402
 from server.sglang.views import stamp_arrival  # noqa: E402
 
 

@@ -18,12 +18,8 @@ from policies.admission.max_queue import MaxQueuePolicy  # noqa: E402
 from policies.cache.lru import LruPolicy  # noqa: E402
 from policies.scheduling.shortest_prefill import ShortestPrefillPolicy  # noqa: E402
 from server.sglang.eviction import PolicyEvictionStrategy  # noqa: E402
-from server.sglang.scheduler import (  # noqa: E402
-    AdmissionGate,
-    SwitchboardSchedulePolicy,
-    _gated_adder,
-    is_deferred,
-)
+from server.sglang.gate import AdmissionGate, gated_adder, is_deferred  # noqa: E402
+from server.sglang.ordering import SwitchboardSchedulePolicy  # noqa: E402
 from server.sglang.views import block_view  # noqa: E402
 
 
@@ -124,7 +120,7 @@ def test_deferred_requests_sort_last_are_revisited_and_never_prefilled():
     assert [r.rid for r in sched.waiting_queue] == ["later", "held"]
 
     allocator, req_pool = make_pools()
-    adder = _gated_adder(PrefillAdder)(1, tree, allocator, None, 0.5, 1000, None)
+    adder = gated_adder(PrefillAdder)(1, tree, allocator, None, 0.5, 1000, None)
     later.init_next_round_input(tree)
     held.init_next_round_input(tree)
     assert adder.add_one_req(later, False, None) == AddReqResult.CONTINUE

@@ -176,7 +176,8 @@ def render(rows: dict, args: argparse.Namespace, num_turns: int, num_tokens: int
         lines.append(f"| {name} | {r['ops_per_s']:,.0f} | {r['turns_per_s']:,.0f} | "
                      f"{r['ops_per_s'] / base:.2f}x | {r['hit_rate']:.1%} | {r['evicted_tokens']:,} |")
     lines += ["", "Hit rates are what `match_prefix` returned (contiguous prefix only): a turn "
-              "through a gap does not reuse the cached tail until the scheduler recomputes gaps, "
+              "through a gap does not reuse the cached tail here (the server's gap recompute, "
+              "server/sglang/gap_prefill.py, is not part of this sequence), "
               "so this table measures overhead, not Penelope's benefit (see `penelope.md`)."]
     return "\n".join(lines + [""])
 

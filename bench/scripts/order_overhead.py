@@ -58,7 +58,7 @@ from bench.traces.paths import REPO_ROOT  # noqa: E402
 from policies.scheduling.fairway import FairwayPolicy  # noqa: E402
 from policies.scheduling.leap import LeapPolicy  # noqa: E402
 from server.sglang.matching import chained_hashes  # noqa: E402
-from server.sglang.scheduler import SwitchboardSchedulePolicy  # noqa: E402
+from server.sglang.ordering import SwitchboardSchedulePolicy  # noqa: E402
 
 SYSTEM_TOKENS = 1500
 TARGET = 0.05
