@@ -51,7 +51,10 @@ def test_completions_api_replays_token_id_prompts(server):
     trace = trace_of([req(f"c{i}", 0.1 * i, 24, 4) for i in range(3)])
     run = replay_live(trace, LiveConfig(endpoint=server.base_url, warmup_requests=0), VOCAB)
     assert [r.status for r in run.records] == ["finished"] * 3
-    assert all(r.cached_tokens is None and len(r.token_times) == 4 for r in run.records)
+    assert all(r.cached_tokens is None and r.output_tokens == 4 for r in run.records)
+    # NOTE: one time per streamed chunk; under CPU load SGLang can stream two tokens
+    # in one completions chunk (bench_serving splits only generate's chunks)
+    assert all(1 <= len(r.token_times) <= 4 for r in run.records)
 
 
 def test_a_vocabulary_the_server_lacks_is_refused_before_it_can_crash_it(server):
