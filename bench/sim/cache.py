@@ -277,6 +277,10 @@ class PrefixCache(GapsMixin):
             if n.lock_ref == 0:
                 self.evictable_tokens += n.kv_tokens
                 self._offer(n)
+        if node.hollow:
+            # NOTE: a hollow node whose host copy was dropped while it was locked
+            # is useless once unlocked (no KV, no copy, nothing after it)
+            self._prune(node)
 
     def add_waiter(self, node: Node) -> None:
         """A waiting request's match now runs through ``node``'s path."""
