@@ -147,7 +147,7 @@ def run_cli(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
         (["sglang.max_running_requests=abc"], "invalid value for 'sglang.max_running_requests'"),
         (["sglang.schedule_policy=nope"], "invalid value for 'sglang.schedule_policy'"),
         (["+cache=penelope", "sglang.page_size=16"], "sglang.page_size=16 conflicts with +cache"),
-        (["+cache=lru", "++cache.host_tier_tokens=1000"], "cache.host_tier_tokens is simulated only"),
+        (["+cache=lru", "++cache.host_tier_tokens=1000"], "cache.host_tier_tokens needs a cache that holds gaps"),
     ],
 )
 def test_cli_config_errors_exit_2_with_one_line(argv, needle):

@@ -232,14 +232,15 @@ def test_registered_through_sglangs_registry():
 # ------------------------------------------------------------------ properties
 POOL = 192
 sessions = st.integers(0, 3)
-ops = st.lists(st.one_of(
+op = st.one_of(
     st.tuples(st.just("turn"), sessions, st.integers(1, 30)),
     st.tuples(st.just("turn"), sessions, st.integers(1, 30)),
     st.tuples(st.just("start"), sessions, st.integers(1, 40), st.floats(0.3, 1.0)),
     st.tuples(st.just("finish"), st.integers(0, 7)),
     st.tuples(st.just("evict"), st.integers(1, 120)),
     st.tuples(st.just("fill"), sessions),
-), min_size=15, max_size=60)
+)
+ops = st.lists(op, min_size=15, max_size=60)
 
 
 class Harness:

@@ -2,7 +2,9 @@
 enough that another session's request evicts the *front* of a conversation's private
 history leaves a gap; the next turn recomputes only the gap, reuses the cached tail,
 and its greedy tokens equal (float32) those of a server whose pool never evicts and
-HF transformers'. The two sessions' shared system prompt survives the eviction."""
+HF transformers'. The two sessions' shared system prompt survives the eviction. With a
+host tier (``cache.host_tier_tokens``) the same gap is restored from host memory
+instead: nothing is recomputed and the tokens are the same.""" 
 
 from __future__ import annotations
 
@@ -94,12 +96,19 @@ def runs(start_server, segments):
     metrics = httpx.get(small.base_url + "/metrics", timeout=30).text
     log = small.log_text()
     small.stop()
+    hosted = start_server("model.dtype=float32", "+cache=penelope", f"sglang.max_total_tokens={POOL}",
+                          "sglang.max_running_requests=1", "cache.host_tier_tokens=4096")
+    restored = conversation(hosted.base_url, segments)
+    host_metrics = httpx.get(hosted.base_url + "/metrics", timeout=30).text
+    host_log = hosted.log_text()
+    hosted.stop()
     big = start_server("model.dtype=float32", "+cache=penelope", "sglang.max_total_tokens=8192",
                        "sglang.max_running_requests=1")
     whole = conversation(big.base_url, segments)
     big_log = big.log_text()
     big.stop()
-    return {"gapped": gapped, "whole": whole, "log": log, "metrics": metrics, "big_log": big_log}
+    return {"gapped": gapped, "whole": whole, "log": log, "metrics": metrics, "big_log": big_log,
+            "restored": restored, "host_log": host_log, "host_metrics": host_metrics}
 
 
 def test_front_eviction_recomputes_exactly_the_gap_and_reuses_the_tail(runs, segments):
@@ -141,3 +150,18 @@ def test_turns_after_the_gap_equal_an_unevicted_server_and_hf(runs, checkpoint, 
         out = model.generate(ids, max_new_tokens=OUT, do_sample=False, attention_mask=torch.ones_like(ids),
                              pad_token_id=0)
     assert out[0, ids.shape[1]:].tolist() == gapped["a3"]
+
+
+def test_a_host_tier_restores_the_gap_instead_of_recomputing_it(runs, segments):
+    shared, n_t1 = segments["shared"], len(segments["t1"])
+    gap = n_t1 - shared
+    restores = re.findall(r"host restore rid=\S+ positions=\[(\d+), (\d+)\) restored_tokens=(\d+)",
+                          runs["host_log"])
+    assert restores == [(str(shared), str(n_t1), str(gap))]
+    assert "gap recompute" not in runs["host_log"]
+    restored, whole = runs["restored"], runs["whole"]
+    # the whole history counts as cached: the gap came back from host memory
+    assert restored["cached3"] == whole["cached3"] == len(restored["t2"]) + len(restored["a2"]) - 1
+    assert re.search(r"switchboard_host_restored_tokens(_total)? %s" % float(gap), runs["host_metrics"]), \
+        [line for line in runs["host_metrics"].splitlines() if "switchboard" in line]
+    assert restored["t3"] == whole["t3"] and restored["a3"] == whole["a3"]  # = HF's (test above)

@@ -17,7 +17,8 @@ Contract (the host's side):
   * ``NOTE`` (host tier, optional): ``host_tier_tokens`` (> 0) on a policy asks
     the host to keep freed segments in a host-memory tier of that many tokens
     and restore them at ``host_bandwidth_gbs`` instead of recomputing them
-    (``HostTier``; the simulator honours it, the SGLang adapter not yet).
+    (``HostTier``; the simulator honours it for any policy, the SGLang adapter
+    in its gap cache, so for ``evicts_interior`` policies).
 
 Contract (the policy's side):
   * ``rank`` is a pure function of the view: the smallest rank is evicted

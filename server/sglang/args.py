@@ -52,11 +52,14 @@ def sglang_fields(plan: LaunchPlan) -> dict[str, Any]:
         require("schedule_policy", builtin or "fcfs", f"+policy ({sched.target})")
     if "cache" in plan.policies:
         cache = plan.policies["cache"]
-        if cache.params.get("host_tier_tokens"):
+        interior = getattr(policy_class(cache), "evicts_interior", False)
+        if cache.params.get("host_tier_tokens") and not interior:
+            # NOTE: our host tier lives in the gap cache; a tail-first cache has SGLang's own
             raise ConfigError(
-                f"cache.host_tier_tokens is simulated only; on the server use SGLang's own "
-                "host tier (sglang.enable_hierarchical_cache=true)")
-        if getattr(policy_class(cache), "evicts_interior", False):
+                f"cache.host_tier_tokens needs a cache that holds gaps (+cache=penelope); "
+                f"for +cache ({cache.target}) use SGLang's own host tier "
+                "(sglang.enable_hierarchical_cache=true)")
+        if interior:
             # NOTE: front eviction needs a cache that holds gaps: ours, through
             # SGLang's cache registry (server/sglang/gap_cache.py); never a
             # silent fallback to tail-first eviction.

@@ -17,13 +17,18 @@ What SGLang's scheduler sees stays exact without gap recompute:
   so a request's tail recomputed after a gap is freed, its gap slots are not;
 * ``checkpoint`` does exactly that for a running or finished request.
 
-For gap recompute (not wired into the scheduler yet): ``match_with_gaps``
-returns the prefix, the gaps and the cached tail after them; the caller locks
-``last_node``, computes the gaps at their positions and calls ``fill_gap``.
+For gap recompute (``gap_prefill.py``): ``match_with_gaps`` returns the
+prefix, the gaps and the cached tail after them; ``gap_at`` says where the gap
+a request stands at ends, and ``checkpoint`` hands it the cached tail.
+
+With ``host_tier_tokens`` on the policy, freed KV is copied to host memory
+first (``host_kv.HostKVTier``) and ``restore_host_segments`` brings the copies
+back at admission instead of recomputing them.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from array import array
 from typing import Any, Callable, NamedTuple, Optional
@@ -36,6 +41,9 @@ from sglang.srt.mem_cache.unified_cache import component_type
 from policies.cache import EvictionPolicy
 from server.sglang import contract
 from server.sglang.gap_tree import GapNode, GapTree
+from server.sglang.host_kv import HostKVTier
+
+log = logging.getLogger("switchboard.gap_cache")
 
 #: ``--radix-cache-backend`` name of the gap cache.
 GAP_CACHE_BACKEND = "switchboard_gap"
@@ -113,9 +121,20 @@ class GapRadixCache(bpc.BasePrefixCache):
     def reset(self) -> None:
         self._empty = torch.empty((0,), dtype=torch.int64, device=self.device)
         root_key = radix_cache.RadixKey(token_ids=array("q"))
+        self.host = self._host_tier()
         self.tree = GapTree(self.policy, self._free_slots, root_key, self._empty,
-                            page_size=self.page_size, copy=torch.Tensor.clone, clock=self.clock)
+                            page_size=self.page_size, copy=torch.Tensor.clone, clock=self.clock,
+                            host=self.host)
         self.root_node = self.tree.root
+
+    def _host_tier(self) -> Optional[HostKVTier]:
+        tokens = int(getattr(self.policy, "host_tier_tokens", 0) or 0)
+        if tokens <= 0:
+            return None
+        kvcache = self.token_to_kv_pool_allocator.get_kvcache()
+        if kvcache is None:
+            raise ValueError("cache.host_tier_tokens needs the allocator's KV pool")
+        return HostKVTier(kvcache, tokens, on_drop=lambda node: self.tree.host_dropped(node))
 
     def _free_slots(self, value: torch.Tensor) -> None:
         self.token_to_kv_pool_allocator.free_segment(value, start_pos=0)
@@ -182,6 +201,54 @@ class GapRadixCache(bpc.BasePrefixCache):
             return None
         end = gm.gaps[0][1]
         return end if any(seg_start == end for seg_start, _, _ in gm.tail) else None
+
+    def restore_host_segments(self, req: Any) -> int:
+        """Restore the host-held hollow nodes right after ``req``'s cached
+        prefix (a gap the host tier has a copy of): new slots, the copied rows
+        written back, the nodes filled. Returns the tokens restored (0: none,
+        or no room even after evicting). Called at admission, before SGLang
+        matches the request (``gap_prefill.GapPrefillAdder.add_one_req``)."""
+        if self.host is None:
+            return 0
+        key = self._key(self.req_key(req, len(req.full_untruncated_fill_ids) - 1))
+        run = self._host_run(self.tree.walk(key))
+        if not run:
+            return 0
+        last = run[-1]
+        self.tree.lock(last)  # NOTE: the prefix and the run stay put while we make room
+        try:
+            allocator = self.token_to_kv_pool_allocator
+            need = sum(len(n.key) for n in run)
+            if allocator.available_size() < need:
+                self.evict(bpc.EvictParams(num_tokens=need - allocator.available_size()))
+                # NOTE: evicting may have offloaded others and dropped run copies
+                run = self._host_run(self.tree.path_to(last))
+                need = sum(len(n.key) for n in run)
+            slots = allocator.alloc(need) if run else None
+            if slots is None:
+                return 0
+            offset = 0
+            for n in run:
+                self.host.restore(n.host, slots[offset:offset + len(n.key)])
+                offset += len(n.key)
+            taken = self.tree.fill(run[-1], run[0].start, run[-1].end, slots)
+            assert taken == [(run[0].start, run[-1].end)], taken
+        finally:
+            self.tree.unlock(last)
+        log.info("host restore rid=%s positions=[%d, %d) restored_tokens=%d total=%d",
+                 req.rid, run[0].start, run[-1].end, need, self.host.restored_tokens)
+        return need
+
+    @staticmethod
+    def _host_run(path: list[GapNode]) -> list[GapNode]:
+        """The hollow nodes with host copies that start at the path's first gap."""
+        first = next((i for i, n in enumerate(path) if n.hollow), len(path))
+        run = []
+        for n in path[first:]:
+            if not n.hollow or n.host is None:
+                break
+            run.append(n)
+        return run
 
     def _adopt_cached_continuation(self, req: Any, up_to: int) -> None:
         """After a chunk of ``req`` (``up_to`` < its length): take the tree's
@@ -289,8 +356,8 @@ _active: dict[str, EvictionPolicy] = {}
 def register_gap_cache(policy: EvictionPolicy) -> str:
     """Make ``--radix-cache-backend switchboard_gap`` build a ``GapRadixCache``
     over ``policy`` (re-entrant: a later call replaces the policy). Returns the
-    backend name. NOTE: not called at server startup yet (``+cache=penelope``
-    is still refused there)."""
+    backend name. The plugin calls it in every SGLang process when the cache
+    policy evicts interior nodes (``+cache=penelope``)."""
     contract.verify(GAP_CACHE_SYMBOLS)
     _active["policy"] = policy
     if registry.get_radix_cache_factory(GAP_CACHE_BACKEND) is None:

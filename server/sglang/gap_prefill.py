@@ -17,6 +17,11 @@ gap ends, with SGLang's own chunked-prefill machinery:
    stops at the next gap's end, if any; the last chunk computes the request's
    new tokens as usual.
 
+With a host tier (``cache.host_tier_tokens``) a gap the tier holds a copy of
+is restored at admission instead (``GapRadixCache.restore_host_segments``,
+counted in ``switchboard_host_restored_tokens``); only what it does not hold
+is recomputed.
+
 Recomputed gap tokens are counted when their forward runs
 (``GapRecomputeCounter``: a Prometheus counter when prometheus_client is
 importable, and a log line per request).
@@ -91,7 +96,8 @@ def gap_chunk_limit(tree_cache: Any, chunked_req: Any) -> Optional[int]:
 @functools.lru_cache(maxsize=None)
 def gap_prefill_adder(base: type[PrefillAdder]) -> type[PrefillAdder]:
     class GapPrefillAdder(base):  # type: ignore[valid-type, misc]
-        """Admits a request that stands at a gap as a chunk ending at the gap's end."""
+        """Restores a host-held gap, or admits a request that stands at a gap
+        as a chunk ending at the gap's end."""
 
         def _select_prefill_admission(self, req: Any, **kwargs: Any) -> Any:
             admission = super()._select_prefill_admission(req, **kwargs)
@@ -104,6 +110,14 @@ def gap_prefill_adder(base: type[PrefillAdder]) -> type[PrefillAdder]:
                 return admission
             setattr(req, GAP_CHUNK_ATTR, (start, end))
             return type(admission)(start, end - start, 0, True, admission.replay_len)
+
+        def add_one_req(self, req: Any, has_chunked_req: bool, truncation_align_size: Any) -> Any:
+            # NOTE: a host-held gap right after the prefix is restored, not
+            # recomputed; SGLang then matches the request again (longer prefix)
+            restore = getattr(self.tree_cache, "restore_host_segments", None)
+            if restore is not None and restore(req):
+                req.init_next_round_input(self.tree_cache)
+            return super().add_one_req(req, has_chunked_req, truncation_align_size)
 
         def budget_state(self) -> Any:
             # NOTE: one new chunked request per batch (SGLang's invariant)

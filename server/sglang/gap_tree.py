@@ -14,13 +14,18 @@ new (Penelope; ``bench/sim/gaps.py`` is the simulator's twin):
   without children (no KV below it) is removed too, walking up the path, once
   no lock holds it;
 * tail-only policies (``lru``, ``lfu``) are offered leaves only and never make
-  a node hollow: their eviction is SGLang's.
+  a node hollow: their eviction is SGLang's;
+* with a host tier (``HostCopies``, ``host_kv.py``) a freed node's KV is copied
+  to host memory first and the node stays hollow (a leaf too) holding the copy
+  (``host``); filling it drops the copy, and when the tier drops a copy for
+  room (``host_dropped``) a node left useless is pruned.
 
 ``NOTE`` (invariants ``check()`` asserts; ``kv(n)`` = ``len(n.key)``, 0 when
 hollow)::
 
     evictable_tokens = sum(kv(n) for unlocked n)   protected_tokens = locked
-    hollow n  =>  n.children or n.lock_ref          (no useless hollow node)
+    hollow n  =>  n.children or n.lock_ref or n.host (no useless hollow node)
+    n.host    =>  hollow n                          (a copy only of freed KV)
     candidates = {unlocked, non-hollow n; leaves only unless evicts_interior}
 
 Keys are ``RadixKey``-like (``match_at``, ``child_key_at``, slicing); values
@@ -33,11 +38,28 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Protocol
 
 from policies.cache import BlockView, EvictionPolicy
 
 _ids = itertools.count(1)
+
+
+class HostCopies(Protocol):
+    """A host-memory tier the tree hands freed KV to (``host_kv.HostKVTier``)."""
+
+    def offload(self, node: GapNode) -> Any:
+        """Copy ``node``'s KV (its ``value`` slots) to host memory before the
+        tree frees them; return the copy's handle, or ``None`` if not kept."""
+        ...
+
+    def split(self, handle: Any, k: int, head: GapNode, tail: GapNode) -> tuple[Any, Any]:
+        """Split a copy after ``k`` tokens, as the tree split its node."""
+        ...
+
+    def drop(self, handle: Any) -> None:
+        """Forget a copy (its node got device KV again)."""
+        ...
 
 
 class GapNode:
@@ -45,7 +67,7 @@ class GapNode:
 
     __slots__ = ("id", "parent", "children", "key", "value", "start", "lock_ref",
                  "last_access_time", "creation_time", "hit_count", "priority",
-                 "session", "others")
+                 "session", "others", "host")
 
     def __init__(self, parent: Optional[GapNode], key: Any, value: Any, start: int,
                  now: float, priority: int = 0) -> None:
@@ -66,6 +88,8 @@ class GapNode:
         """First session that inserted through the node."""
         self.others: Optional[set[str]] = None
         """Other sessions that did."""
+        self.host: Any = None
+        """Handle of the host tier's copy of a hollow node's KV, if any."""
 
     @property
     def hollow(self) -> bool:
@@ -85,8 +109,10 @@ class GapTree:
 
     def __init__(self, policy: EvictionPolicy, free: Callable[[Any], None], root_key: Any,
                  root_value: Any, page_size: int = 1, copy: Callable[[Any], Any] = lambda v: v,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 host: Optional[HostCopies] = None) -> None:
         self.policy = policy
+        self.host = host
         self.interior = bool(getattr(policy, "evicts_interior", False))
         self.free, self.copy, self.clock, self.page_size = free, copy, clock, page_size
         self.root = GapNode(None, root_key, root_value, 0, clock())
@@ -134,6 +160,9 @@ class GapTree:
                        node.start, node.last_access_time, node.priority)
         head.creation_time, head.hit_count, head.lock_ref = node.creation_time, node.hit_count, node.lock_ref
         head.session, head.others = node.session, None if node.others is None else set(node.others)
+        if node.host is not None:
+            assert self.host is not None
+            head.host, node.host = self.host.split(node.host, k, head, node)
         parent.children[node.key.child_key_at(0, self.page_size)] = head
         node.key = node.key[k:]
         node.value = None if node.hollow else self.copy(node.value[k:])
@@ -198,6 +227,10 @@ class GapTree:
     def _fill(self, n: GapNode, value: Any) -> None:
         assert len(value) == len(n.key)
         n.value = self.copy(value)
+        if n.host is not None:
+            assert self.host is not None
+            self.host.drop(n.host)
+            n.host = None
         if n.lock_ref:
             self.protected_tokens += len(n.key)
         else:
@@ -260,10 +293,11 @@ class GapTree:
             parent = n.parent
             assert parent is not None
             freed += len(n.key)
+            handle = self.host.offload(n) if self.host is not None else None
             self.free(n.value)
             self.evictable_tokens -= len(n.key)
-            n.value = None
-            if n.children:
+            n.value, n.host = None, handle
+            if n.children or handle is not None:
                 self._update(n)
                 self._update(parent)
             else:
@@ -273,18 +307,26 @@ class GapTree:
                 heapq.heappush(heap, (rank(self.view(parent)), parent.id, parent))
         return freed
 
+    def host_dropped(self, n: GapNode) -> None:
+        """The host tier dropped ``n``'s copy (for room): prune it if useless."""
+        n.host = None
+        self._prune(n)
+
     def _remove(self, n: GapNode) -> None:
         """Detach a childless node (its slots already freed)."""
         parent = n.parent
-        assert parent is not None and not n.children and n.lock_ref == 0 and n.hollow
+        assert parent is not None and not n.children and n.lock_ref == 0 and n.hollow \
+            and n.host is None
         del parent.children[n.key.child_key_at(0, self.page_size)]
         n.parent = None
         self.candidates.discard(n)
         self._update(parent)
 
     def _prune(self, n: GapNode) -> None:
-        """Remove ``n`` and its ancestors while hollow, childless and unlocked."""
-        while n.parent is not None and n.hollow and not n.children and n.lock_ref == 0:
+        """Remove ``n`` and its ancestors while hollow, childless, unlocked and
+        without a host copy."""
+        while (n.parent is not None and n.hollow and not n.children and n.lock_ref == 0
+               and n.host is None):
             parent = n.parent
             self._remove(n)
             n = parent
@@ -328,7 +370,9 @@ class GapTree:
             assert parent is not None and parent.children[n.key.child_key_at(0, self.page_size)] is n
             assert n.start == (parent.end if parent.parent is not None else 0)
             assert n.value is None or len(n.value) == len(n.key)
-            assert not n.hollow or n.children or n.lock_ref, "useless hollow node"
+            assert not n.hollow or n.children or n.lock_ref or n.host is not None, \
+                "useless hollow node"
+            assert n.host is None or n.hollow, "a host copy of a node with device KV"
             assert parent.parent is None or parent.lock_ref >= n.lock_ref, "lock not on a path"
             assert self.interior or not n.hollow, "a tail-only policy left a gap"
             assert (n in self.candidates) == self._eligible(n)
