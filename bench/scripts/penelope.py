@@ -32,7 +32,10 @@ from bench.scripts.common import add_output_args, git_commit
 
 SESSION_RATE = 0.005
 SESSIONS = 120
-CAPACITIES = (300_000, 450_000, 600_000, 1_200_000)
+CAPACITIES = (300_000, 450_000, 600_000, 750_000, 1_200_000)
+#: Session-start seeds (``trace.seed``) of the spread section, at SPREAD_CAPACITIES.
+SPREAD_SEEDS = (0, 1, 2, 3, 4)
+SPREAD_CAPACITIES = (450_000, 600_000, 750_000)
 HOST_TIER_TOKENS = 2_000_000
 POSITION_WEIGHT_S = 0.001
 #: (row label, overrides choosing the cache policy)
@@ -46,17 +49,18 @@ TARGET = 0.40
 """Penelope's mean TTFT at least this far below lru's where lru thrashes."""
 
 
-def overrides(capacity: int, policy: tuple[str, ...], host: bool) -> list[str]:
+def overrides(capacity: int, policy: tuple[str, ...], host: bool, seed: int = 0) -> list[str]:
     out = ["trace=claude_code_sessions", f"trace.claude_code.session_rate={SESSION_RATE}",
            f"trace.claude_code.max_sessions={SESSIONS}", *COMMON, f"sim.max_total_tokens={capacity}",
-           *policy]
+           *policy, *([f"trace.seed={seed}"] if seed else [])]
     return out + ([f"++cache.host_tier_tokens={HOST_TIER_TOKENS}"] if host else [])
 
 
-def run_one(capacity: int, label: str, policy: tuple[str, ...], host: bool, results: Path) -> dict:
-    ov = overrides(capacity, policy, host)
+def run_one(capacity: int, label: str, policy: tuple[str, ...], host: bool, results: Path,
+            seed: int = 0) -> dict:
+    ov = overrides(capacity, policy, host, seed)
     settings = resolve_bench(compose_bench([*ov, "output.progress=false", "output.plots=false"]))
-    tag = f"{capacity}_{label.replace(' ', '_')}{'_host' if host else ''}"
+    tag = f"{capacity}_{label.replace(' ', '_')}{'_host' if host else ''}{f'_seed{seed}' if seed else ''}"
     out = run_bench(settings, results / tag)
     s, m = out["summary"], out["meta"]
     return {"mean": s["ttft_s"]["mean"], "p50": s["ttft_s"]["p50"], "p99": s["ttft_s"]["p99"],
@@ -80,11 +84,21 @@ def main() -> None:
                 print(f"{capacity} {label}{' +host' if host else ''}: TTFT mean {r['mean']:.2f} "
                       f"p50 {r['p50']:.2f} p99 {r['p99']:.2f} recomputed {r['recomputed']} "
                       f"({r['wall_s']:.0f} s)", flush=True)
-    args.out.write_text(render(table, time.perf_counter() - t0))
+    spread: dict[tuple[int, str], dict[int, float]] = {}
+    for capacity in SPREAD_CAPACITIES:
+        for label, policy in POLICIES:
+            if label == "lfu":
+                continue
+            for seed in SPREAD_SEEDS:
+                r = table[(capacity, False)][label] if seed == 0 else \
+                    run_one(capacity, label, policy, False, args.results, seed)
+                spread.setdefault((capacity, label), {})[seed] = r["mean"]
+                print(f"{capacity} {label} seed {seed}: TTFT mean {r['mean']:.2f}", flush=True)
+    args.out.write_text(render(table, spread, time.perf_counter() - t0))
     print(f"wrote {args.out}")
 
 
-def render(table: dict, wall_s: float) -> str:
+def render(table: dict, spread: dict, wall_s: float) -> str:
     labels = [label for label, _ in POLICIES]
     lines = ["# Penelope vs tail-first eviction (simulator)", "",
              f"Produced by `python -m bench.scripts.penelope` at commit {git_commit()} "
@@ -118,11 +132,39 @@ def render(table: dict, wall_s: float) -> str:
     for label in labels[2:]:
         cut = 1 - row[label]["mean"] / row["lru"]["mean"]
         lines.append(f"- `{label}`: {cut:.0%} below lru -> {'met' if cut >= TARGET else 'NOT met'}")
+    lines += render_spread(spread)
     lines += ["", "## Commands", "", "```"]
     for row in table.values():
         lines += [row[label]["cmd"] for label in labels]
+    lines.append("# spread rows: the same lines (no host tier) with trace.seed=1..4 added")
     lines += ["```", ""]
     return "\n".join(lines)
+
+
+def render_spread(spread: dict) -> list[str]:
+    """Per-seed change of mean TTFT vs lru (same seed), and the pooled change
+    (sum of the seeds' means vs lru's sum): the run-to-run spread the single
+    table above hides."""
+    labels = [label for label, _ in POLICIES if label not in ("lru", "lfu")]
+    seeds = ", ".join(str(s) for s in SPREAD_SEEDS)
+    lines = ["", "## Spread over session-start seeds", "",
+             f"The same runs (no host tier) with `trace.seed` {seeds} (Poisson session "
+             "starts): lru's mean TTFT per seed, then each policy's change vs lru on the "
+             "same seed, and pooled over the seeds (sum of means vs lru's sum).", "",
+             "| KV pool (tokens) | policy | " + " | ".join(f"seed {s}" for s in SPREAD_SEEDS)
+             + " | pooled |",
+             "|---|---|" + "---|" * (len(SPREAD_SEEDS) + 1)]
+    for capacity in SPREAD_CAPACITIES:
+        lru = spread[(capacity, "lru")]
+        lines.append(f"| {capacity:,} | `lru` (mean TTFT) | "
+                     + " | ".join(fmt(lru[s], 1, "s") for s in SPREAD_SEEDS) + " | |")
+        for label in labels:
+            r = spread[(capacity, label)]
+            pooled = sum(r.values()) / sum(lru.values()) - 1
+            lines.append(f"| {capacity:,} | `{label}` | "
+                         + " | ".join(f"{r[s] / lru[s] - 1:+.0%}" for s in SPREAD_SEEDS)
+                         + f" | {pooled:+.0%} |")
+    return lines
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ back at admission instead of recomputing them.
 
 from __future__ import annotations
 
-import logging
 import time
 from array import array
 from typing import Any, Callable, NamedTuple, Optional
@@ -40,10 +39,9 @@ from sglang.srt.mem_cache.unified_cache import component_type
 
 from policies.cache import EvictionPolicy
 from server.sglang import contract
-from server.sglang.gap_tree import GapNode, GapTree
-from server.sglang.host_kv import HostKVTier
-
-log = logging.getLogger("switchboard.gap_cache")
+from server.sglang.gap_node import GapNode
+from server.sglang.gap_tree import GapTree
+from server.sglang.host_kv import HostRestoreMixin
 
 #: ``--radix-cache-backend`` name of the gap cache.
 GAP_CACHE_BACKEND = "switchboard_gap"
@@ -101,7 +99,7 @@ def duplicate_ranges(result: bpc.InsertResult, start: int = 0) -> list[tuple[int
     return dups
 
 
-class GapRadixCache(bpc.BasePrefixCache):
+class GapRadixCache(HostRestoreMixin, bpc.BasePrefixCache):
     """SGLang prefix cache whose nodes can be hollow (see module docs)."""
 
     def __init__(self, params: Any, policy: EvictionPolicy,
@@ -126,15 +124,6 @@ class GapRadixCache(bpc.BasePrefixCache):
                             page_size=self.page_size, copy=torch.Tensor.clone, clock=self.clock,
                             host=self.host)
         self.root_node = self.tree.root
-
-    def _host_tier(self) -> Optional[HostKVTier]:
-        tokens = int(getattr(self.policy, "host_tier_tokens", 0) or 0)
-        if tokens <= 0:
-            return None
-        kvcache = self.token_to_kv_pool_allocator.get_kvcache()
-        if kvcache is None:
-            raise ValueError("cache.host_tier_tokens needs the allocator's KV pool")
-        return HostKVTier(kvcache, tokens, on_drop=lambda node: self.tree.host_dropped(node))
 
     def _free_slots(self, value: torch.Tensor) -> None:
         self.token_to_kv_pool_allocator.free_segment(value, start_pos=0)
@@ -201,54 +190,6 @@ class GapRadixCache(bpc.BasePrefixCache):
             return None
         end = gm.gaps[0][1]
         return end if any(seg_start == end for seg_start, _, _ in gm.tail) else None
-
-    def restore_host_segments(self, req: Any) -> int:
-        """Restore the host-held hollow nodes right after ``req``'s cached
-        prefix (a gap the host tier has a copy of): new slots, the copied rows
-        written back, the nodes filled. Returns the tokens restored (0: none,
-        or no room even after evicting). Called at admission, before SGLang
-        matches the request (``gap_prefill.GapPrefillAdder.add_one_req``)."""
-        if self.host is None:
-            return 0
-        key = self._key(self.req_key(req, len(req.full_untruncated_fill_ids) - 1))
-        run = self._host_run(self.tree.walk(key))
-        if not run:
-            return 0
-        last = run[-1]
-        self.tree.lock(last)  # NOTE: the prefix and the run stay put while we make room
-        try:
-            allocator = self.token_to_kv_pool_allocator
-            need = sum(len(n.key) for n in run)
-            if allocator.available_size() < need:
-                self.evict(bpc.EvictParams(num_tokens=need - allocator.available_size()))
-                # NOTE: evicting may have offloaded others and dropped run copies
-                run = self._host_run(self.tree.path_to(last))
-                need = sum(len(n.key) for n in run)
-            slots = allocator.alloc(need) if run else None
-            if slots is None:
-                return 0
-            offset = 0
-            for n in run:
-                self.host.restore(n.host, slots[offset:offset + len(n.key)])
-                offset += len(n.key)
-            taken = self.tree.fill(run[-1], run[0].start, run[-1].end, slots)
-            assert taken == [(run[0].start, run[-1].end)], taken
-        finally:
-            self.tree.unlock(last)
-        log.info("host restore rid=%s positions=[%d, %d) restored_tokens=%d total=%d",
-                 req.rid, run[0].start, run[-1].end, need, self.host.restored_tokens)
-        return need
-
-    @staticmethod
-    def _host_run(path: list[GapNode]) -> list[GapNode]:
-        """The hollow nodes with host copies that start at the path's first gap."""
-        first = next((i for i, n in enumerate(path) if n.hollow), len(path))
-        run = []
-        for n in path[first:]:
-            if not n.hollow or n.host is None:
-                break
-            run.append(n)
-        return run
 
     def _adopt_cached_continuation(self, req: Any, up_to: int) -> None:
         """After a chunk of ``req`` (``up_to`` < its length): take the tree's

@@ -6,7 +6,8 @@ pool's own offload API (``get_cpu_copy``; ``load_cpu_copy`` brings them back),
 and the node stays hollow holding the copy. A request whose path runs through
 such a node gets it *restored* at admission (``GapRadixCache.restore_host_segments``)
 instead of recomputing it: new slots, the copied rows written back, the node
-filled. A copy is exact: the rows are the same bytes the forward once wrote.
+filled (``HostRestoreMixin``, part of the gap cache). A copy is exact: the rows
+are the same bytes the forward once wrote.
 
 ``NOTE`` (accounting): ``used`` is the sum of ``tokens`` over live copies and
 never exceeds ``capacity``; to make room the oldest copy is dropped first and
@@ -23,6 +24,9 @@ import logging
 from typing import Any, Callable, Optional
 
 import torch
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+from server.sglang.gap_node import GapNode
 
 log = logging.getLogger("switchboard.host_kv")
 
@@ -131,3 +135,74 @@ class HostKVTier:
                 self.on_drop(copy.node)
                 return
         raise AssertionError("host tier over capacity with no live copy")
+
+
+class HostRestoreMixin:
+    """The gap cache's side of the tier (``GapRadixCache`` inherits it): build
+    the tier from the policy's ``host_tier_tokens`` and restore copies at
+    admission."""
+
+    policy: Any
+    token_to_kv_pool_allocator: Any
+    tree: Any
+    host: Optional[HostKVTier]
+    evict: Callable[[Any], Any]
+    _key: Callable[[Any], Any]
+    req_key: Callable[[Any, int], Any]
+
+    def _host_tier(self) -> Optional[HostKVTier]:
+        tokens = int(getattr(self.policy, "host_tier_tokens", 0) or 0)
+        if tokens <= 0:
+            return None
+        kvcache = self.token_to_kv_pool_allocator.get_kvcache()
+        if kvcache is None:
+            raise ValueError("cache.host_tier_tokens needs the allocator's KV pool")
+        return HostKVTier(kvcache, tokens, on_drop=lambda node: self.tree.host_dropped(node))
+
+    def restore_host_segments(self, req: Any) -> int:
+        """Restore the host-held hollow nodes right after ``req``'s cached
+        prefix (a gap the host tier has a copy of): new slots, the copied rows
+        written back, the nodes filled. Returns the tokens restored (0: none,
+        or no room even after evicting). Called at admission, before SGLang
+        matches the request (``gap_prefill.GapPrefillAdder.add_one_req``)."""
+        if self.host is None:
+            return 0
+        key = self._key(self.req_key(req, len(req.full_untruncated_fill_ids) - 1))
+        run = self._host_run(self.tree.walk(key))
+        if not run:
+            return 0
+        last = run[-1]
+        self.tree.lock(last)  # NOTE: the prefix and the run stay put while we make room
+        try:
+            allocator = self.token_to_kv_pool_allocator
+            need = sum(len(n.key) for n in run)
+            if allocator.available_size() < need:
+                self.evict(EvictParams(num_tokens=need - allocator.available_size()))
+                # NOTE: evicting may have offloaded others and dropped run copies
+                run = self._host_run(self.tree.path_to(last))
+                need = sum(len(n.key) for n in run)
+            slots = allocator.alloc(need) if run else None
+            if slots is None:
+                return 0
+            offset = 0
+            for n in run:
+                self.host.restore(n.host, slots[offset:offset + len(n.key)])
+                offset += len(n.key)
+            taken = self.tree.fill(run[-1], run[0].start, run[-1].end, slots)
+            assert taken == [(run[0].start, run[-1].end)], taken
+        finally:
+            self.tree.unlock(last)
+        log.info("host restore rid=%s positions=[%d, %d) restored_tokens=%d total=%d",
+                 req.rid, run[0].start, run[-1].end, need, self.host.restored_tokens)
+        return need
+
+    @staticmethod
+    def _host_run(path: list[GapNode]) -> list[GapNode]:
+        """The hollow nodes with host copies that start at the path's first gap."""
+        first = next((i for i, n in enumerate(path) if n.hollow), len(path))
+        run = []
+        for n in path[first:]:
+            if not n.hollow or n.host is None:
+                break
+            run.append(n)
+        return run
