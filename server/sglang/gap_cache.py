@@ -64,6 +64,12 @@ GAP_CACHE_SYMBOLS: tuple[contract.HookedSymbol, ...] = tuple(
         (f"{_MC}.radix_cache.RadixKey.match_at", ("self", "other", "offset", "page_size")),
         (f"{_MC}.radix_cache.RadixKey.child_key_at", ("self", "offset", "page_size")),
         (f"{_MC}.unified_cache.component_type.ComponentType.FULL", None),
+        # the host tier (host_kv.py): the default KV pool's own offload API
+        (f"{_MC}.allocator.token.TokenToKVPoolAllocator.get_kvcache", ("self",)),
+        (f"{_MC}.memory_pool.MHATokenToKVPool.get_cpu_copy",
+         ("self", "indices", "mamba_indices", "req_pool_index")),
+        (f"{_MC}.memory_pool.MHATokenToKVPool.load_cpu_copy",
+         ("self", "kv_cache_cpu", "indices", "mamba_indices", "req_pool_index")),
     ))
 
 FULL = component_type.ComponentType.FULL

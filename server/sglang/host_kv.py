@@ -24,7 +24,7 @@ import logging
 from typing import Any, Callable, Optional
 
 import torch
-from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+from sglang.srt.mem_cache import base_prefix_cache as bpc
 
 from server.sglang.gap_node import GapNode
 
@@ -59,10 +59,14 @@ class HostKVTier:
     """Host copies of freed KV, oldest dropped first (see module docs)."""
 
     def __init__(self, kvcache: Any, capacity: int, on_drop: Callable[[Any], None]) -> None:
+        # NOTE: the pool's own offload API (contract: gap_cache.GAP_CACHE_SYMBOLS)
         for method in ("get_cpu_copy", "load_cpu_copy"):
             if not callable(getattr(kvcache, method, None)):
                 raise ValueError(f"cache.host_tier_tokens: SGLang's KV pool "
                                  f"{type(kvcache).__name__} has no {method}")
+        if not isinstance(getattr(kvcache, "cpu_offloading_chunk_size", None), int):
+            raise ValueError(f"cache.host_tier_tokens: SGLang's KV pool {type(kvcache).__name__} "
+                             "has no cpu_offloading_chunk_size")
         self.kvcache, self.capacity, self.on_drop = kvcache, capacity, on_drop
         self.used = 0
         self.copies = 0
@@ -177,7 +181,7 @@ class HostRestoreMixin:
             allocator = self.token_to_kv_pool_allocator
             need = sum(len(n.key) for n in run)
             if allocator.available_size() < need:
-                self.evict(EvictParams(num_tokens=need - allocator.available_size()))
+                self.evict(bpc.EvictParams(num_tokens=need - allocator.available_size()))
                 # NOTE: evicting may have offloaded others and dropped run copies
                 run = self._host_run(self.tree.path_to(last))
                 need = sum(len(n.key) for n in run)
