@@ -246,8 +246,8 @@ ops = st.lists(op, min_size=15, max_size=60)
 class Harness:
     """Requests as SGLang runs them: match, lock, allocate the rest, insert, unlock."""
 
-    def __init__(self, policy):
-        self.cache, self.allocator = make_cache(policy, POOL)
+    def __init__(self, policy, cache=None):
+        self.cache, self.allocator = cache or make_cache(policy, POOL)
         self.tokens = itertools.count(10_000)
         self.system = [next(self.tokens) for _ in range(12)]
         self.history = {s: list(self.system) for s in range(4)}
@@ -270,7 +270,11 @@ class Harness:
             return
         prefix = self.cache.path_device_indices(m.last_device_node)
         assert len(prefix) == m.device_prefix_len
+        self.compute(own, ids[len(prefix):], len(prefix))
         self.live.append((session, ids, prefix, own, lock))
+
+    def compute(self, slots, ids, start):
+        """The forward over ``ids`` at positions ``start``... into ``slots`` (no KV pool here)."""
 
     def turn(self, session, new_tokens):
         """A whole turn: the session resends its history plus new tokens."""
@@ -310,10 +314,21 @@ class Harness:
         start, end = gm.gaps[0]
         slots = self.alloc(end - start)
         if slots is not None:
+            self.compute(slots, self.history[session][start:end], start)
             taken = self.cache.fill_gap(gm.last_node, start, end, slots)
             assert taken == [(start, end)]
             assert matched(self.cache, self.history[session]) >= end
         self.cache.unlock(lock)
+
+    def run(self, steps):
+        """Every step, then every live request finished, checking after each."""
+        for name, *args in steps:
+            getattr(self, name)(*args)
+            self.check()
+        while self.live:
+            self.finish(0)
+        self.check()
+        assert self.cache.protected_size() == 0
 
     def request_slots(self):
         return {int(x) for *_, own, _ in self.live for x in own.tolist()}
@@ -337,11 +352,4 @@ class Harness:
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=ops)
 def test_slot_ownership_locks_and_accounting_hold_under_random_agent_sessions(policy, steps):
-    h = Harness(policy)
-    for op, *args in steps:
-        getattr(h, op)(*args)
-        h.check()
-    while h.live:
-        h.finish(0)
-    h.check()
-    assert h.cache.protected_size() == 0
+    Harness(policy).run(steps)

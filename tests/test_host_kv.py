@@ -165,31 +165,12 @@ class HostHarness(Harness):
     computed token gets its rows, and ``restore`` brings host copies back."""
 
     def __init__(self, host_tokens):
-        self.cache, self.allocator, self.pool = make_host_cache({}, POOL, host_tokens)
-        self.tokens = itertools.count(10_000)
-        self.system = [next(self.tokens) for _ in range(12)]
-        self.history = {s: list(self.system) for s in range(4)}
-        self.live = []
+        cache, allocator, self.pool = make_host_cache({}, POOL, host_tokens)
+        super().__init__(None, (cache, allocator))
         self.rids = itertools.count()
 
-    def start(self, session, new_tokens, keep):
-        before = len(self.live)
-        super().start(session, new_tokens, keep)
-        if len(self.live) > before:
-            _, ids, prefix, own, _ = self.live[-1]
-            compute(self.pool, own, ids[len(prefix):], len(prefix))
-
-    def fill(self, session):
-        gm = self.cache.match_with_gaps(key(self.history[session]))
-        if not gm.gaps:
-            return
-        lock = self.cache.lock(gm.last_node)
-        start, end = gm.gaps[0]
-        slots = self.alloc(end - start)
-        if slots is not None:
-            compute(self.pool, slots, self.history[session][start:end], start)
-            self.cache.fill_gap(gm.last_node, start, end, slots)
-        self.cache.unlock(lock)
+    def compute(self, slots, ids, start):
+        compute(self.pool, slots, ids, start)
 
     def restore(self, session):
         ids = self.history[session] + [next(self.tokens)]
@@ -212,11 +193,4 @@ host_ops = st.lists(st.one_of(op, st.tuples(st.just("restore"), sessions)), min_
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=host_ops, host_tokens=st.sampled_from([40, 400]))
 def test_restored_kv_is_exact_and_the_tier_stays_within_capacity(steps, host_tokens):
-    h = HostHarness(host_tokens)
-    for op, *args in steps:
-        getattr(h, op)(*args)
-        h.check()
-    while h.live:
-        h.finish(0)
-    h.check()
-    assert h.cache.protected_size() == 0
+    HostHarness(host_tokens).run(steps)
