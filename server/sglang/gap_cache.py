@@ -39,7 +39,7 @@ from sglang.srt.mem_cache.unified_cache import component_type
 
 from policies.cache import EvictionPolicy
 from server.sglang import contract
-from server.sglang.gap_node import GapNode
+from server.sglang.gap_node import GapNode, first_gap
 from server.sglang.gap_tree import GapTree
 from server.sglang.host_kv import HostRestoreMixin
 
@@ -140,12 +140,9 @@ class GapRadixCache(HostRestoreMixin, bpc.BasePrefixCache):
 
     # ----------------------------------------------------------------- match
     def match_prefix(self, params: bpc.MatchPrefixParams) -> bpc.MatchResult:
-        last = self.root_node
         path = self.tree.walk(self._key(params.key))
-        for n in path:
-            if n.hollow:
-                break
-            last = n
+        gap = first_gap(path)
+        last = path[gap - 1] if gap else self.root_node
         return bpc.MatchResult(device_prefix_len=last.end if last is not self.root_node else 0,
                                last_device_node=last, last_host_node=last, best_match_node=last)
 
@@ -154,12 +151,14 @@ class GapRadixCache(HostRestoreMixin, bpc.BasePrefixCache):
 
     def match_with_gaps(self, key: Any) -> GapMatch:
         """The cached prefix, the gaps and the cached tail of ``key`` (module docs)."""
-        path = self.tree.walk(self._key(key))
-        first_gap = next((i for i, n in enumerate(path) if n.hollow), len(path))
-        prefix = self._cat([n.value for n in path[:first_gap]])
+        return self._gaps_of(self.tree.walk(self._key(key)))
+
+    def _gaps_of(self, path: list[GapNode]) -> GapMatch:
+        gap = first_gap(path)
+        prefix = self._cat([n.value for n in path[:gap]])
         gaps: list[tuple[int, int]] = []
         tail: list[tuple[int, int, list[torch.Tensor]]] = []
-        for n in path[first_gap:]:
+        for n in path[gap:]:
             if n.hollow:
                 if gaps and gaps[-1][1] == n.start:
                     gaps[-1] = (gaps[-1][0], n.end)
@@ -185,13 +184,16 @@ class GapRadixCache(HostRestoreMixin, bpc.BasePrefixCache):
         return radix_cache.RadixKey(req.full_untruncated_fill_ids[:length], req.extra_key,
                                     is_bigram=self.is_eagle, cache_salt=req.cache_salt)
 
+    def req_path(self, req: Any) -> list[GapNode]:
+        """The tree path of ``req``'s prompt but its last token (hollow nodes
+        included). NOTE: the last prompt token is never counted as cached
+        (SGLang computes it for the first output's logits)."""
+        return self.tree.walk(self._key(self.req_key(req, len(req.full_untruncated_fill_ids) - 1)))
+
     def gap_at(self, req: Any, start: int) -> Optional[int]:
         """End of the gap that starts at token ``start`` of ``req``'s path, if
-        cached KV follows it (so prefilling only the gap pays off); else ``None``.
-
-        NOTE: the last prompt token is never counted as cached (SGLang computes
-        it for the first output's logits)."""
-        gm = self.match_with_gaps(self.req_key(req, len(req.full_untruncated_fill_ids) - 1))
+        cached KV follows it (so prefilling only the gap pays off); else ``None``."""
+        gm = self._gaps_of(self.req_path(req))
         if not gm.gaps or gm.gaps[0][0] != start:
             return None
         end = gm.gaps[0][1]
@@ -204,13 +206,9 @@ class GapRadixCache(HostRestoreMixin, bpc.BasePrefixCache):
         reused. NOTE: exact for any cached continuation: a prefix cache's KV of a
         token depends only on the tokens up to it, and the tail's were computed
         after identical tokens at identical positions."""
-        full_len = len(req.full_untruncated_fill_ids)
-        path = self.tree.walk(self._key(self.req_key(req, full_len - 1)))
-        last = None
-        for n in path:
-            if n.hollow:
-                break
-            last = n
+        path = self.req_path(req)
+        gap = first_gap(path)
+        last = path[gap - 1] if gap else None
         if last is None or last.end <= up_to:
             return
         indices = self.path_device_indices(last)

@@ -73,6 +73,12 @@ class GapNode:
         return 0 if self.value is None else len(self.key)
 
 
+def first_gap(path: list[GapNode]) -> int:
+    """Index of the first hollow node on ``path`` (``len(path)`` if none): the
+    nodes before it are the contiguous cached prefix."""
+    return next((i for i, n in enumerate(path) if n.hollow), len(path))
+
+
 def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Adjacent half-open ranges merged (input in ascending order)."""
     merged: list[tuple[int, int]] = []

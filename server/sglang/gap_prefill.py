@@ -40,6 +40,8 @@ from typing import Any, Optional
 
 from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder
 
+from server.sglang.metrics import prometheus_counter
+
 log = logging.getLogger("switchboard.gap_prefill")
 
 #: Set on a ``Req`` for the gap chunk chosen for it: ``(start, end)`` token positions.
@@ -52,14 +54,8 @@ class GapRecomputeCounter:
     def __init__(self) -> None:
         self.tokens = 0
         self.chunks = 0
-        self._prom = None
-        try:
-            from prometheus_client import Counter
-
-            self._prom = Counter("switchboard_gap_recomputed_tokens",
-                                 "Tokens prefilled to fill gaps in cached histories (Penelope)")
-        except Exception:  # NOTE: no prometheus_client, or registered twice in this process
-            self._prom = None
+        self._prom = prometheus_counter("switchboard_gap_recomputed_tokens",
+                                        "Tokens prefilled to fill gaps in cached histories (Penelope)")
 
     def observe(self, batch: Any) -> None:
         """Count the gap chunks of a prefill batch that is about to run."""

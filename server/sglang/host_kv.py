@@ -17,7 +17,6 @@ belongs to exactly one hollow node (``GapTree.check`` asserts the node side).
 
 from __future__ import annotations
 
-import functools
 import heapq
 import itertools
 import logging
@@ -26,22 +25,10 @@ from typing import Any, Callable, Optional
 import torch
 from sglang.srt.mem_cache import base_prefix_cache as bpc
 
-from server.sglang.gap_node import GapNode
+from server.sglang.gap_node import GapNode, first_gap
+from server.sglang.metrics import prometheus_counter
 
 log = logging.getLogger("switchboard.host_kv")
-
-
-@functools.lru_cache(maxsize=None)
-def _restored_counter() -> Optional[Any]:
-    """The process's Prometheus counter of restored tokens (one per process:
-    a cache reset builds a new tier, not a new metric)."""
-    try:
-        from prometheus_client import Counter
-
-        return Counter("switchboard_host_restored_tokens",
-                       "Tokens restored from the host tier instead of recomputed (Penelope)")
-    except Exception:  # NOTE: no prometheus_client
-        return None
 
 
 class HostCopy:
@@ -76,7 +63,9 @@ class HostKVTier:
         self._stamps = itertools.count()
         self._seq = itertools.count()
         self._heap: list[tuple[int, int, HostCopy]] = []
-        self._prom = _restored_counter()
+        # NOTE: one metric per process: a cache reset builds a new tier, not a new metric
+        self._prom = prometheus_counter("switchboard_host_restored_tokens",
+                                        "Tokens restored from the host tier instead of recomputed (Penelope)")
 
     # ------------------------------------------------------------ HostCopies
     def offload(self, node: Any) -> Optional[HostCopy]:
@@ -151,8 +140,7 @@ class HostRestoreMixin:
     tree: Any
     host: Optional[HostKVTier]
     evict: Callable[[Any], Any]
-    _key: Callable[[Any], Any]
-    req_key: Callable[[Any, int], Any]
+    req_path: Callable[[Any], list[GapNode]]
 
     def _host_tier(self) -> Optional[HostKVTier]:
         tokens = int(getattr(self.policy, "host_tier_tokens", 0) or 0)
@@ -171,8 +159,7 @@ class HostRestoreMixin:
         matches the request (``gap_prefill.GapPrefillAdder.add_one_req``)."""
         if self.host is None:
             return 0
-        key = self._key(self.req_key(req, len(req.full_untruncated_fill_ids) - 1))
-        run = self._host_run(self.tree.walk(key))
+        run = self._host_run(self.req_path(req))
         if not run:
             return 0
         last = run[-1]
@@ -203,9 +190,8 @@ class HostRestoreMixin:
     @staticmethod
     def _host_run(path: list[GapNode]) -> list[GapNode]:
         """The hollow nodes with host copies that start at the path's first gap."""
-        first = next((i for i, n in enumerate(path) if n.hollow), len(path))
         run = []
-        for n in path[first:]:
+        for n in path[first_gap(path):]:
             if not n.hollow or n.host is None:
                 break
             run.append(n)

@@ -1,0 +1,17 @@
+"""Prometheus counters of the adapter (``/metrics`` of the SGLang server)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Optional
+
+
+@functools.lru_cache(maxsize=None)
+def prometheus_counter(name: str, documentation: str) -> Optional[Any]:
+    """The process's counter ``name``, created once (prometheus_client refuses
+    a second registration of one name); ``None`` without prometheus_client."""
+    try:
+        from prometheus_client import Counter
+    except ImportError:  # NOTE: metrics are optional; the log lines still count
+        return None
+    return Counter(name, documentation)
