@@ -41,8 +41,11 @@ class QueueExperiment:
             self.finished.append(name)
             self.status[name] = r.status_code
 
-    def run(self, prompts: dict[str, str], blocker_tokens: int = 160) -> list[str]:
-        """Queue ``prompts`` in dict order behind a blocker; return the completion order."""
+    def run(self, prompts: dict[str, str], blocker_tokens: int = 480) -> list[str]:
+        """Queue ``prompts`` in dict order behind a blocker; return the completion order.
+
+        NOTE: the blocker must outlast building the queue; 480 tokens is ~30 s
+        at the CPU server's ~15 tokens/s (160 ran out once in a loaded CI run)."""
         threads = [threading.Thread(target=self._post, args=("blocker", "Count from one to two hundred.",
                                                              blocker_tokens), kwargs={"ignore_eos": True})]
         threads[0].start()
@@ -53,8 +56,9 @@ class QueueExperiment:
             threads.append(t)
             # NOTE: the next prompt is sent only once this one is in SGLang's waiting
             # queue, so the arrival order is known (server state, not sleeps).
-            wait_for(lambda: loads(self.base_url)["num_waiting_reqs"] == i, what=f"{name} queued")
-        assert "blocker" not in self.finished, "blocker finished before the queue was built"
+            wait_for(lambda: "blocker" in self.finished or loads(self.base_url)["num_waiting_reqs"] == i,
+                     what=f"{name} queued")
+            assert "blocker" not in self.finished, f"blocker finished before {name} was queued"
         for t in threads:
             t.join(timeout=600)
             assert not t.is_alive(), "a request hung"
