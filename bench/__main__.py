@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 
 from bench.config import BENCH_CONFIG_NAME, compose_bench, resolve_bench
 from bench.schema import register_bench_schemas
-from server.config import CONF_DIR, ConfigError
+from compose.config import CONF_DIR, ConfigError
 
 EXIT_CONFIG = 2
 EXIT_LIVE = 1

@@ -2,7 +2,7 @@
 
 The bench shares ``conf/`` with the server: the policy groups (``+policy=``,
 ``+cache=``, ``+admission=``) are the server's own and become objects through
-``server.policy_spec`` exactly as in the server; the bench's own groups
+``compose.specs`` exactly as in the server; the bench's own groups
 (``trace``, ``accelerator``, ``model_profile``) are typed by ``bench.schema``.
 A live replay (``live.endpoint``) measures the server's own policies, so
 choosing simulator policies for it is a config error.
@@ -19,8 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 from bench.schema import (AcceleratorConfig, LiveConfig, MetricsConfig, ModelProfileConfig,
                           OutputConfig, SimConfig, TraceConfig, register_bench_schemas)
 from bench.traces.paths import resolve_data_root
-from server.config import ConfigError, compose, one_line
-from server.policy_spec import PolicySpec, build_policy, describe_policies, specs_from_config
+from compose.config import ConfigError, compose, one_line
+from compose.specs import PolicySpec, build_policy, describe_policies, specs_from_config
 
 #: The bench's root config in ``conf/``.
 BENCH_CONFIG_NAME = "bench"
@@ -65,6 +65,12 @@ class BenchSettings:
         """The policy object chosen for ``group``, or None."""
         spec = self.policies.get(group)
         return build_policy(spec) if spec is not None else None
+
+    @property
+    def host_tier_tokens(self) -> int:
+        """The cache's host tier (``cache.host_tier_tokens``; 0 = none)."""
+        spec = self.policies.get("cache")
+        return 0 if spec is None else int(spec.host_settings().host_tier_tokens)
 
     def describe(self) -> list[str]:
         """One line per policy kind: the chosen class or SGLang's built-in."""

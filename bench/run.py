@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 from bench.config import BenchSettings
-from bench.live.overlap import IterationLog, client_visible
-from bench.live.workload import Shape, ShapedTrace, ShapeError, shape_trace
+from bench.sim.overlap import IterationLog, client_visible
+from bench.traces.shape import Shape, ShapedTrace, ShapeError, shape_trace
 from bench.metrics import RequestRecord, Slo, Timeline, summarize, windows
 from bench.report import write_results
 from bench.sim import CostModel, SimSettings, TimelineSampler, build_simulator, records_of
 from bench.traces import Trace, load_trace
-from server.config import ConfigError
+from compose.config import ConfigError
 
 log = logging.getLogger("switchboard.bench")
 
@@ -79,7 +79,8 @@ def run_bench(settings: BenchSettings, out_dir: Optional[Path] = None,
     """Replay ``settings.trace`` and return (and, with ``out_dir``, write) the results."""
     t0 = time.perf_counter()
     cost = CostModel(settings.accelerator, settings.model_profile)
-    sim_settings = SimSettings.resolve(settings.sim, settings.accelerator, settings.model_profile, cost)
+    sim_settings = SimSettings.resolve(settings.sim, settings.accelerator, settings.model_profile, cost,
+                                        settings.host_tier_tokens)
     trace, shaped = prepare_trace(settings, sim_settings)
     load_s = time.perf_counter() - t0
     show = settings.output.progress if progress is None else progress

@@ -5,7 +5,7 @@ defaults entries before the chosen group options, so a misspelled key or a
 wrong type under ``trace.``, ``accelerator.``, ``model_profile.``, ``sim.``,
 ``live.``, ``metrics.`` or ``output.`` fails at composition naming the field. Policy kinds
 (``+policy=``, ``+cache=``, ``+admission=``) are typed by their classes'
-signatures, exactly as for the server (``server/policy_spec.py``).
+signatures, exactly as for the server (``compose/specs.py``).
 """
 
 from __future__ import annotations
@@ -235,6 +235,10 @@ class SimConfig:
     """Bias of the length signal (the live head's ``log_error_mean``)."""
     length_signal_seed: int = 0
     """Seed of the per-request noise."""
+    host_bandwidth_gbs: float = 50.0
+    """Host-to-device copy bandwidth (GB/s) a host-tier restore runs at, serial
+    with the prefill pass that needs it (about PCIe 5.0 x16 with pinned
+    memory); the tier's size is ``cache.host_tier_tokens``."""
 
 
 class LiveApi(enum.Enum):

@@ -9,35 +9,16 @@ inside SGLang and inside the simulator.
 Config groups map to kinds (``conf/<group>/<option>.yaml`` ->
 ``policies/<kind>/<option>.py``, a ``-`` in an option name becomes ``_``):
 
-=========== ============ ================================================
-group       kind package Protocol
-=========== ============ ================================================
-``policy``  scheduling   :class:`policies.scheduling.SchedulingPolicy`
-``cache``   cache        :class:`policies.cache.EvictionPolicy`
-``admission`` admission  :class:`policies.admission.AdmissionPolicy`
-=========== ============ ================================================
+============= ============ ======================= ===================
+group         kind package Protocol                Needs
+============= ============ ======================= ===================
+``policy``    scheduling   ``SchedulingPolicy``    ``SchedulingNeeds``
+``cache``     cache        ``EvictionPolicy``      ``EvictionNeeds``
+``admission`` admission    ``AdmissionPolicy``     ``AdmissionNeeds``
+============= ============ ======================= ===================
+
+The registry of kinds is ``compose.kinds.KINDS``; adding a kind follows
+``docs/adding-a-kind.md``. Each kind's package holds its Protocol, its frozen
+Needs dataclass (what a host must provide or may skip; every policy states
+its own as ``needs``), its views and decisions.
 """
-
-from __future__ import annotations
-
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class Kind:
-    """One policy kind: its config group, its package and its Protocol."""
-
-    group: str
-    """Config group (``+<group>=<option>``)."""
-    package: str
-    """Package under ``policies/`` holding the Protocol and the options."""
-    protocol: str
-    """Name of the Protocol class in that package."""
-
-
-#: Every policy kind, in the order hosts apply them.
-KINDS: tuple[Kind, ...] = (
-    Kind("policy", "scheduling", "SchedulingPolicy"),
-    Kind("cache", "cache", "EvictionPolicy"),
-    Kind("admission", "admission", "AdmissionPolicy"),
-)

@@ -48,3 +48,13 @@ class EndsSessions(Protocol):
     def end_session(self, session_id: str, now: float) -> None:
         """The client ended ``session_id`` (SGLang's ``/close_session``)."""
         ...
+
+
+@runtime_checkable
+class PredictsOutputLength(Protocol):
+    """Optional face of a policy that predicts output lengths from captured
+    features: hosts log its prediction beside each finished request."""
+
+    def predict_output_tokens(self, features: tuple[float, ...]) -> float:
+        """Predicted output tokens of a request with ``features``."""
+        ...

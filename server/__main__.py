@@ -18,8 +18,8 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from server.config import CONF_DIR, CONFIG_NAME, ConfigError, compose
-from server.schema import register_schemas
+from compose.config import CONF_DIR, CONFIG_NAME, ConfigError, compose
+from compose.schema import register_schemas
 
 EXIT_CONFIG = 2
 log = logging.getLogger("switchboard")
@@ -32,14 +32,14 @@ def _fail(message: str) -> None:
 
 def run(cfg: DictConfig) -> int:
     """Resolve ``cfg``, materialize the model, and supervise SGLang."""
-    from server.model import ModelCacheError, ensure_default_model
+    from compose.model import ModelCacheError, ensure_default_model
     from server.resolve import describe, resolve
-    from server.schema import ModelSource
+    from compose.schema import ModelSource
     from server.supervisor import supervise
 
     logging.basicConfig(level=cfg.server.log_level.upper(),
                         format="[%(asctime)s] %(name)s: %(message)s", datefmt="%H:%M:%S")
-    from server.sglang.args import validate
+    from server.sglang.launch.args import validate
 
     try:
         plan = resolve(cfg)

@@ -11,9 +11,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from server.config import ConfigError
-from server.policy_spec import PolicySpec, describe_policies, specs_from_config
-from server.schema import Device, DType
+from compose.config import ConfigError
+from compose.specs import PolicySpec, describe_policies, specs_from_config
+from compose.schema import Device, DType
 
 log = logging.getLogger("switchboard")
 

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from server.resolve import LaunchPlan
-from server.sglang.env import child_env
+from server.sglang.launch.env import child_env
 
 log = logging.getLogger("switchboard")
 
@@ -37,7 +37,7 @@ def supervise(plan: LaunchPlan) -> int:
         plan_path = Path(run_dir) / "plan.json"
         plan_path.write_text(plan.to_json())
         proc = subprocess.Popen(
-            [sys.executable, "-m", "server.sglang.launch"],
+            [sys.executable, "-m", "server.sglang.launch.main"],
             env=child_env(plan, plan_path),
             start_new_session=True,
         )

@@ -1,54 +1,37 @@
-"""Shared fixtures: the default checkpoint and real Switchboard servers on CPU."""
+"""Test tiers by folder; each folder's tests carry its marker.
+
+==============  ==========  ================================================
+folder          marker      what runs
+==============  ==========  ================================================
+``policies/``   ``policy``  pure policies on hand-built views (no torch, no SGLang)
+``config/``     ``config``  composition, the kinds registry, the CLI, the model cache
+``seams/``      ``seam``    SGLang seams on real SGLang classes, no model
+``sim/``        ``sim``     the simulator and the replay harness (fake servers)
+``live/``       ``server``  real CPU servers (minutes; they share server starts)
+==============  ==========  ================================================
+
+``pytest -m "not server"`` skips the live tier; ``pytest tests/sim`` runs one.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from bench.live.server import REPO, ServerProcess, ServerStartError
+#: The repository root (tests run commands from there).
+REPO = Path(__file__).resolve().parents[1]
 
-__all__ = ["REPO", "module_server"]
-
-@pytest.fixture(scope="session")
-def checkpoint() -> Path:
-    """The default model's verified checkpoint (converted once per machine)."""
-    from server.config import compose
-    from server.model import ensure_default_model
-    from server.schema import ModelSource
-    from omegaconf import OmegaConf
-
-    cfg = compose([])
-    return ensure_default_model(ModelSource(**OmegaConf.to_container(cfg.model.source)))
+#: Marker of each tier folder.
+TIER_MARKERS = {"policies": "policy", "config": "config", "seams": "seam", "sim": "sim",
+                "live": "server"}
 
 
-@pytest.fixture(scope="session")
-def start_server(checkpoint, tmp_path_factory):
-    """Factory: start a server with overrides; every server is stopped at session end."""
-    started: list[ServerProcess] = []
-
-    def start(*overrides: str) -> ServerProcess:
-        log = tmp_path_factory.mktemp("server") / "server.log"
-        server = ServerProcess(list(overrides), log)
-        started.append(server)
-        try:
-            return server.start()
-        except ServerStartError as exc:
-            pytest.fail(str(exc))
-
-    yield start
-    for server in started:
-        server.stop()
-
-
-def module_server(*overrides: str):
-    """A module-scoped fixture running one server for the module's tests."""
-
-    @pytest.fixture(scope="module")
-    def _server(start_server) -> Iterator[ServerProcess]:
-        server = start_server(*overrides)
-        yield server
-        server.stop()
-
-    return _server
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test with its tier folder's marker."""
+    root = Path(__file__).resolve().parent
+    for item in items:
+        tier = Path(str(item.path)).resolve().relative_to(root).parts[0]
+        marker = TIER_MARKERS.get(tier)
+        if marker is not None:
+            item.add_marker(marker)

@@ -1,7 +1,7 @@
 """Replaying a (shaped) trace against a live OpenAI-compatible or SGLang server.
 
 ``replay_live`` is the live twin of the simulator's run: the same trace (after
-``bench.live.workload.shape_trace``), the same arrival rules
+``bench.traces.shape.shape_trace``), the same arrival rules
 (``bench.live.sender``), and per-request ``RequestRecord``s with real streamed
 TTFT and inter-token gaps (``bench.live.client``, SGLang's own ``bench_serving``
 underneath), so ``bench.metrics`` and ``bench.report`` score and write both alike.

@@ -1,5 +1,5 @@
 """Prefix-cache operation overhead: SGLang's own radix caches vs Switchboard's
-gap-capable cache (``server/sglang/gap_cache.py``) with Penelope's and LRU's order.
+gap-capable cache (``server/sglang/cache/gap_cache.py``) with Penelope's and LRU's order.
 
     python -m bench.scripts.cache_overhead [--sessions 128 --turns 16 --pool 65536] [--out ...]
 
@@ -33,7 +33,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from server.sglang.stub import install_sgl_kernel_stub
+from server.sglang.launch.stub import install_sgl_kernel_stub
 
 install_sgl_kernel_stub()  # NOTE: before SGLang is imported (no libcuda here)
 
@@ -51,7 +51,7 @@ from sglang.srt.server_args import ServerArgs  # noqa: E402
 from bench.scripts.common import add_output_args, git_commit  # noqa: E402
 from policies.cache.lru import LruPolicy  # noqa: E402
 from policies.cache.penelope import PenelopePolicy  # noqa: E402
-from server.sglang.gap_cache import GapRadixCache, duplicate_ranges  # noqa: E402
+from server.sglang.cache.gap_cache import GapRadixCache, duplicate_ranges  # noqa: E402
 
 
 def workload(sessions: int, turns: int, system: int, seed: int) -> list[tuple[array, int]]:
@@ -177,7 +177,7 @@ def render(rows: dict, args: argparse.Namespace, num_turns: int, num_tokens: int
                      f"{r['ops_per_s'] / base:.2f}x | {r['hit_rate']:.1%} | {r['evicted_tokens']:,} |")
     lines += ["", "Hit rates are what `match_prefix` returned (contiguous prefix only): a turn "
               "through a gap does not reuse the cached tail here (the server's gap recompute, "
-              "server/sglang/gap_prefill.py, is not part of this sequence), "
+              "server/sglang/cache/gap_prefill.py, is not part of this sequence), "
               "so this table measures overhead, not Penelope's benefit (see `penelope.md`)."]
     return "\n".join(lines + [""])
 

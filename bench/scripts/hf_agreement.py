@@ -20,9 +20,9 @@ from omegaconf import OmegaConf
 
 from bench.live.chat import HFReference, agreement, run_conversations
 from bench.live.server import ServerProcess
-from server.config import compose
-from server.model import ensure_default_model
-from server.schema import ModelSource
+from compose.config import compose
+from compose.model import ensure_default_model
+from compose.schema import ModelSource
 
 
 def main() -> None:

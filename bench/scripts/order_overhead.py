@@ -33,7 +33,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from server.sglang.stub import install_sgl_kernel_stub
+from server.sglang.launch.stub import install_sgl_kernel_stub
 
 install_sgl_kernel_stub()  # NOTE: before SGLang is imported (no libcuda here)
 
@@ -57,8 +57,8 @@ from sglang.srt.server_args import ServerArgs  # noqa: E402
 from bench.traces.paths import REPO_ROOT  # noqa: E402
 from policies.scheduling.fairway import FairwayPolicy  # noqa: E402
 from policies.scheduling.leap import LeapPolicy  # noqa: E402
-from server.sglang.matching import chained_hashes  # noqa: E402
-from server.sglang.ordering import SwitchboardSchedulePolicy  # noqa: E402
+from server.sglang.scheduling.matching import chained_hashes  # noqa: E402
+from server.sglang.scheduling.ordering import SwitchboardSchedulePolicy  # noqa: E402
 
 SYSTEM_TOKENS = 1500
 TARGET = 0.05
@@ -202,7 +202,7 @@ def render(rows: dict, steps: int) -> str:
              "SGLang 0.5.23's default Rust radix tree, on a 2-core CPU machine. SGLang's `lpm` and `hrrn` "
              "silently order FCFS above 128 waiting requests (their times there are the fallback's); "
              "`shortest-prefill-first`, Fairway and LEAP order every queue length. Switchboard's seam keeps "
-             "the queue as columns across steps (`server/sglang/queue_columns.py`), hits via `MatchTracker`, "
+             "the queue as columns across steps (`server/sglang/scheduling/queue_columns.py`), hits via `MatchTracker`, "
              "and is told SGLang's default prefill token budget (16,384) as the head bound; "
              "new arrivals (4 per step) are hashed and matched inside the timed call, and hashing the step's "
              "inserts (the tracker's insert hook) is charged to Fairway's time. LEAP's order reads no cache "

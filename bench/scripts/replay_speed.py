@@ -35,7 +35,7 @@ def main() -> None:
     s = resolve_bench(compose_bench(["output.progress=false", *overrides]))
     trace = load_trace(s.trace, s.data_root)
     cost = CostModel(s.accelerator, s.model_profile)
-    settings = SimSettings.resolve(s.sim, s.accelerator, s.model_profile, cost)
+    settings = SimSettings.resolve(s.sim, s.accelerator, s.model_profile, cost, s.host_tier_tokens)
     sim = build_simulator(trace, cost, settings, order=s.build("policy"), eviction=s.build("cache"),
                           admission=s.build("admission"))
     t1 = time.perf_counter()

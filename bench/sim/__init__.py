@@ -44,13 +44,11 @@ def build_simulator(trace: Trace, cost: CostModel, settings: SimSettings, *,
                     eviction: Optional[EvictionPolicy] = None,
                     admission: Optional[AdmissionPolicy] = None) -> Simulator:
     """A simulator for ``trace``; a kind left ``None`` behaves as stock SGLang
-    (queue kept in arrival order, LRU eviction, every request admitted). An
-    eviction policy with ``host_tier_tokens > 0`` (``policies.cache.HostTier``)
-    gets a host tier of that size."""
+    (queue kept in arrival order, LRU eviction, every request admitted). With
+    ``settings.host_tier_tokens > 0`` the cache gets a host tier of that size."""
     policy = eviction if eviction is not None else LruPolicy()
-    tier_tokens = int(getattr(policy, "host_tier_tokens", 0) or 0)
-    host = HostTier(tier_tokens, float(getattr(policy, "host_bandwidth_gbs", 50.0))) \
-        if tier_tokens > 0 else None
+    host = HostTier(settings.host_tier_tokens, settings.host_bandwidth_gbs) \
+        if settings.host_tier_tokens > 0 else None
     cache = PrefixCache(max(trace.block_size, 1), policy, host=host)
     queue = WaitingQueue(cache, order, in_batch_threshold=settings.in_batch_threshold,
                          native_queue_limit=settings.native_queue_limit,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Optional, Protocol
 
 from bench.sim.request import SimRequest
-from policies.admission import AdmissionAction, AdmissionPolicy, AdmissionView
+from policies.admission import AdmissionAction, AdmissionPolicy, AdmissionView, check_decision
 
 
 class _Host(Protocol):
@@ -43,7 +43,7 @@ class AdmissionGate:
 
     def on_arrival(self, host: _Host, r: SimRequest) -> Optional[str]:
         """Decide on a new request; the rejection reason, or None if it may queue."""
-        decision = self.policy.decide(self.view(host, r, in_queue=False))
+        decision = check_decision(self.policy.needs, self.policy.decide(self.view(host, r, in_queue=False)))
         if decision.action is AdmissionAction.REJECT:
             return decision.reason or "rejected by admission"
         if decision.action is AdmissionAction.DEFER:
@@ -53,7 +53,9 @@ class AdmissionGate:
 
     def revisit(self, host: _Host, waiting: list[SimRequest]) -> list[tuple[SimRequest, str]]:
         """Offer each deferred request again; return the ones now rejected."""
-        rejected = []
+        rejected: list[tuple[SimRequest, str]] = []
+        if not self.policy.needs.defers:
+            return rejected
         for r in [r for r in waiting if r.deferred]:
             decision = self.policy.decide(self.view(host, r, in_queue=True))
             if decision.action is AdmissionAction.DEFER:

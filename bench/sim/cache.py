@@ -17,7 +17,7 @@ whole prefix: ``_node_of`` maps every cached block to its node, a match is a
 binary search over the request's blocks, and the cached set is prefix-closed.
 
 Gaps (Penelope; the methods are in ``bench/sim/gaps.py``): a policy with
-``evicts_interior`` is offered unlocked *interior* nodes too, and freeing one
+``needs.interior`` is offered unlocked *interior* nodes too, and freeing one
 makes it *hollow*: its keys stay (matches still run through it), its KV is
 freed. A match through hollow nodes has a cached prefix, gap(s) and a cached
 tail; the request recomputes only the gaps (``fill_path``). With a host tier
@@ -102,7 +102,7 @@ class PrefixCache(EvictionMixin, GapsMixin):
                  host: Optional[HostTier] = None) -> None:
         self.block_size = block_size
         self.policy = policy
-        self.hollows = bool(getattr(policy, "evicts_interior", False))
+        self.hollows = policy.needs.interior
         """Interior nodes may be freed (made hollow), not only leaves."""
         self.host = host
         """The host tier freed nodes go to, if any."""

@@ -64,7 +64,7 @@ class WaitingQueue:
                  touch: bool = True, builtin_lru: bool = True) -> None:
         self.cache = cache
         self.policy = policy
-        native = getattr(policy, "sglang_schedule_policy", None) if policy is not None else "fcfs"
+        native = policy.needs.sglang_native if policy is not None else "fcfs"
         self.cache_aware = policy is not None and native not in CACHE_AGNOSTIC
         """SGLang matches (and touches) the whole queue each pass."""
         self.queue_limited = native_queue_limit and native in QUEUE_LIMITED
@@ -72,7 +72,7 @@ class WaitingQueue:
         self.builtin_lru = touch and builtin_lru
         """SGLang's own LRU is in use (its periodic prefix refresh needs it)."""
         self.touch_periodic = self.builtin_lru and not self.cache_aware
-        self.needs_paths = bool(getattr(policy, "needs_prefix_path", False))
+        self.needs_paths = policy is not None and policy.needs.prefix_path
         self.split = self.touch_every_pass or self.needs_paths
         self.threshold = in_batch_threshold
         self.items: list[SimRequest] = []

@@ -34,10 +34,13 @@ class SimSettings:
     idle_poll_s: float = 0.05
     drain_timeout_s: float = 600.0
     length_signal: Optional[LengthSignal] = None
+    host_tier_tokens: int = 0
+    """The cache's host tier (``cache.host_tier_tokens``); 0 = none."""
+    host_bandwidth_gbs: float = 50.0
 
     @classmethod
     def resolve(cls, sim: SimConfig, accel: AcceleratorConfig, model: ModelProfileConfig,
-                cost: CostModel) -> "SimSettings":
+                cost: CostModel, host_tier_tokens: int = 0) -> "SimSettings":
         """SGLang's derivations: pool size from memory, request slots from the
         pool (``clamp(pool / context * 512, 2048, 4096)``), chunk size per device,
         new-token ratio schedule from ``schedule_conservativeness``."""
@@ -64,4 +67,5 @@ class SimSettings:
             idle_poll_s=sim.idle_poll_s, drain_timeout_s=sim.drain_timeout_s,
             length_signal=(None if sim.length_signal_log_std is None else LengthSignal(
                 sim.length_signal_log_std, sim.length_signal_log_mean, sim.length_signal_seed)),
+            host_tier_tokens=host_tier_tokens, host_bandwidth_gbs=sim.host_bandwidth_gbs,
         )

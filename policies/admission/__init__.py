@@ -10,7 +10,8 @@ Contract (the host's side):
   * ``DEFER``: the request waits (it is not prefilled) and is offered to
     ``decide`` again at each scheduling pass until it is admitted or rejected.
 
-Contract (the policy's side): ``decide`` is deterministic given the view.
+Contract (the policy's side): ``decide`` is deterministic given the view,
+and answers ``DEFER`` only if its ``needs`` say it may (``AdmissionNeeds``).
 """
 
 from __future__ import annotations
@@ -64,10 +65,36 @@ class AdmissionDecision:
 ADMIT = AdmissionDecision(AdmissionAction.ADMIT)
 
 
+@dataclass(frozen=True)
+class AdmissionNeeds:
+    """What an admission policy needs from its host.
+
+    NOTE: the one place a host learns a policy's optional needs (its
+    ``needs`` attribute)."""
+
+    defers: bool = True
+    """The policy may answer ``DEFER``: the host keeps deferred requests out
+    of prefill and re-offers them every pass. ``False`` lets the host skip
+    that re-offer; a ``DEFER`` from such a policy is a contract violation the
+    host raises on."""
+
+
 @runtime_checkable
 class AdmissionPolicy(Protocol):
     """Decides whether an arriving request may join the waiting queue."""
 
+    needs: AdmissionNeeds
+    """What the policy needs from its host (``AdmissionNeeds``)."""
+
     def decide(self, view: AdmissionView) -> AdmissionDecision:
         """Admit, defer or reject ``view.request`` (see module docs)."""
         ...
+
+
+def check_decision(needs: AdmissionNeeds, decision: AdmissionDecision) -> AdmissionDecision:
+    """Return ``decision``, or raise ``ValueError`` if its policy's ``needs``
+    forbid it. NOTE: hosts call this on every decision; a host that skips
+    re-offering (``defers=False``) would otherwise strand a deferred request."""
+    if decision.action is AdmissionAction.DEFER and not needs.defers:
+        raise ValueError("admission policy answered DEFER but its needs say defers=False")
+    return decision

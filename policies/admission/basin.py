@@ -41,9 +41,9 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
-from policies.admission import ADMIT, AdmissionAction, AdmissionDecision, AdmissionView
+from policies.admission import ADMIT, AdmissionAction, AdmissionDecision, AdmissionNeeds, AdmissionView
 from policies.admission.lifetime import SessionLifetimePredictor, SessionSample
 from policies.feedback import FinishedView
 
@@ -64,6 +64,9 @@ class _Session:
 
 class BasinPolicy:
     """Basin session admission (see module docs)."""
+
+    needs: ClassVar[AdmissionNeeds] = AdmissionNeeds(defers=True)
+    """A new session waits (``DEFER``) while the budget is spent."""
 
     def __init__(self, budget_fraction: float = 1.5, min_budget_fraction: float = 0.3,
                  max_budget_fraction: float = 3.0, shrink_factor: float = 0.8,

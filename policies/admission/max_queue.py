@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from policies.admission import ADMIT, AdmissionAction, AdmissionDecision, AdmissionView
+from policies.admission import ADMIT, AdmissionAction, AdmissionDecision, AdmissionNeeds, AdmissionView
 
 
 @dataclass(frozen=True)
@@ -14,6 +15,8 @@ class MaxQueuePolicy:
     Unlike SGLang's ``--max-queued-requests`` (503, no Retry-After), the
     rejection is a 429 with ``Retry-After: retry_after_s``.
     """
+
+    needs: ClassVar[AdmissionNeeds] = AdmissionNeeds(defers=False)
 
     max_waiting: int = 64
     """Most requests that may wait for prefill at once (deferred ones count)."""

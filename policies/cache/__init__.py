@@ -7,18 +7,16 @@ Contract (the host's side):
     enough tokens, re-ranking blocks that become eligible on the way (a parent
     whose last child went).
   * Locked blocks are never offered and never freed.
-  * ``NOTE`` (hollowing, optional): a policy whose class sets
-    ``evicts_interior = True`` (read with ``getattr``, default False) may be
-    offered *interior* blocks too, not only leaves. Freeing an interior block
-    makes it *hollow*: its token keys stay in the tree, its KV slots are freed,
-    and a later match through it recomputes only that gap (at its original
-    positions) and reuses the cached tail after it. Hosts that cannot hold
-    gaps simply offer leaves only; the policy's ranks stay valid either way.
-  * ``NOTE`` (host tier, optional): ``host_tier_tokens`` (> 0) on a policy asks
-    the host to keep freed segments in a host-memory tier of that many tokens
-    and restore them at ``host_bandwidth_gbs`` instead of recomputing them
-    (``HostTier``; the simulator honours it for any policy, the SGLang adapter
-    in its gap cache, so for ``evicts_interior`` policies).
+  * ``NOTE`` (hollowing, optional): a policy whose ``needs`` say
+    ``EvictionNeeds(interior=True)`` may be offered *interior* blocks too, not
+    only leaves. Freeing an interior block makes it *hollow*: its token keys
+    stay in the tree, its KV slots are freed, and a later match through it
+    recomputes only that gap (at its original positions) and reuses the
+    cached tail after it. Hosts that cannot hold gaps refuse such a policy
+    (never a silent fallback to tail-first eviction).
+  * A host-memory tier for freed segments is a property of the deployment,
+    not of an eviction order: it is the host's setting
+    (``cache.host_tier_tokens``, ``compose.schema.CacheHostConfig``).
 
 Contract (the policy's side):
   * ``rank`` is a pure function of the view: the smallest rank is evicted
@@ -61,27 +59,24 @@ class BlockView:
 
 
 @dataclass(frozen=True)
-class HostTier:
-    """Optional second tier of a cache policy (see the module's host-tier note).
+class EvictionNeeds:
+    """What an eviction policy needs from its host.
 
-    A mixin of policy dataclasses: its fields become ``cache.*`` parameters."""
+    NOTE: the one place a host learns a policy's optional needs (its
+    ``needs`` attribute)."""
 
-    host_tier_tokens: int = 0
-    """Tokens of host (CPU) memory holding freed segments; 0 = no host tier."""
-    host_bandwidth_gbs: float = 50.0
-    """Host-to-device copy bandwidth, GB/s, that restoring a segment runs at
-    (about PCIe 5.0 x16 with pinned memory)."""
+    interior: bool = False
+    """Interior blocks may be offered and freed, leaving hollow nodes (gaps)
+    that a later request recomputes; the host must hold gaps (see module
+    docs)."""
 
 
 @runtime_checkable
 class EvictionPolicy(Protocol):
-    """Ranks eligible cached blocks; the smallest rank is freed first.
+    """Ranks eligible cached blocks; the smallest rank is freed first."""
 
-    NOTE: two optional class attributes extend the contract without changing
-    it (see the module docs): ``evicts_interior`` (hollowing: interior blocks
-    may be freed, leaving a gap) and the ``HostTier`` fields. Neither is part
-    of the structural check, so policies without them stay valid.
-    """
+    needs: EvictionNeeds
+    """What the policy needs from its host (``EvictionNeeds``)."""
 
     def rank(self, block: BlockView) -> EvictionRank:
         """Eviction rank of ``block`` (see module docs)."""

@@ -4,16 +4,16 @@ policy that runs through Switchboard's eviction seam."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from policies.cache import BlockView, EvictionRank, HostTier
+from policies.cache import BlockView, EvictionNeeds, EvictionRank
 
 
 @dataclass(frozen=True)
-class LruPolicy(HostTier):
-    """Oldest ``last_access`` first; ties by creation order.
+class LruPolicy:
+    """Oldest ``last_access`` first; ties by creation order."""
 
-    The ``HostTier`` fields (default: no host tier) give the simulator's cache
-    a host-memory second tier (``++cache.host_tier_tokens=N``)."""
+    needs: ClassVar[EvictionNeeds] = EvictionNeeds()
 
     def rank(self, block: BlockView) -> EvictionRank:
         return (block.last_access, block.created)

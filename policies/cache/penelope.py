@@ -16,10 +16,11 @@ recompute cost grows with position. Penelope's order:
 3. within one history, the *front* first (smallest ``prefix_len``).
 
 Freeing a block in the middle of a path leaves a gap: the policy declares
-``evicts_interior`` so a host that can hold gaps (the simulator's cache; see
-``policies.cache``) offers interior blocks; a later request through the path
-recomputes only the gap and reuses the tail after it. The ``HostTier`` fields
-add an optional host-memory tier for freed segments (restored, not recomputed).
+``EvictionNeeds(interior=True)`` so a host that can hold gaps (the
+simulator's cache, the server's gap cache; see ``policies.cache``) offers
+interior blocks; a later request through the path recomputes only the gap and
+reuses the tail after it. The host's optional host-memory tier
+(``cache.host_tier_tokens``) restores freed segments instead.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from policies.cache import BlockView, EvictionRank, HostTier
+from policies.cache import BlockView, EvictionNeeds, EvictionRank
 
 
 @dataclass(frozen=True)
-class PenelopePolicy(HostTier):
+class PenelopePolicy:
     """Shared prefix last; private histories LRU across, front-first within."""
 
     system_prompt_tokens: int = 0
@@ -45,7 +46,7 @@ class PenelopePolicy(HostTier):
     (front-first only within one); > 0 trades recency for recompute cost, so
     the cheap fronts of several recent histories go before an older tail."""
 
-    evicts_interior: ClassVar[bool] = True
+    needs: ClassVar[EvictionNeeds] = EvictionNeeds(interior=True)
     """Interior blocks may be freed, leaving a gap (``policies.cache`` NOTE)."""
 
     def is_shared(self, block: BlockView) -> bool:

@@ -19,14 +19,9 @@ Large queues: a policy that can decide from numbers alone also implements
 ``rank(QueueColumns)`` (``policies.scheduling.columns``); the server then keeps
 the queue as columns across passes and never builds per-request views.
 
-A policy whose order never reads ``num_cached_tokens`` sets the class attribute
-``uses_cache_hits = False``; the server then does not match waiting requests
-against the prefix cache for it (their ``num_cached_tokens`` stay 0).
-
-A policy that merely reproduces one of SGLang's own orders sets the class
-attribute ``sglang_schedule_policy`` to that ``--schedule-policy`` name; the
-server then runs SGLang's native implementation instead of this object, while
-the simulator runs this object (tests check the two agree).
+What a policy needs from its host, or lets it skip, it declares in one
+``SchedulingNeeds`` (its ``needs`` attribute); hosts read nothing else off a
+policy object.
 """
 
 from __future__ import annotations
@@ -36,6 +31,32 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from policies.views import RequestView
+
+
+@dataclass(frozen=True)
+class SchedulingNeeds:
+    """What a scheduling policy needs from its host, or lets it skip.
+
+    NOTE: the one place a host learns a policy's optional needs; a policy
+    states them as its ``needs`` attribute (class-level unless they depend on
+    its parameters)."""
+
+    sglang_native: str | None = None
+    """The SGLang ``--schedule-policy`` this policy reproduces: the server runs
+    SGLang's own implementation instead of this object, the simulator runs
+    this object (tests check the two agree). ``None``: the policy runs through
+    Switchboard's seam."""
+    cache_hits: bool = True
+    """The order reads ``RequestView.num_cached_tokens``; ``False`` lets the
+    server skip matching waiting requests against the prefix cache (the field
+    stays 0)."""
+    prefix_path: bool = False
+    """The order reads ``RequestView.prefix_path``; hosts walk the tree for
+    it only when asked (it costs time)."""
+    hidden_state_layer: int | None = None
+    """Decoder layer whose input hidden state the host captures at each
+    request's last prompt token (``RequestView.features``); ``None``: no
+    capture (and no cost)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +91,9 @@ class OrderDecision:
 @runtime_checkable
 class SchedulingPolicy(Protocol):
     """Orders the waiting queue for the next prefill batch (see module docs)."""
+
+    needs: SchedulingNeeds
+    """What the policy needs from its host (``SchedulingNeeds``)."""
 
     def order(self, queue: QueueView) -> OrderDecision:
         """Return every waiting request's rid, best first."""

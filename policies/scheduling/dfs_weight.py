@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from policies.scheduling import OrderDecision, QueueView
+from policies.scheduling import OrderDecision, QueueView, SchedulingNeeds
 
 
 @dataclass(eq=False)
@@ -35,9 +35,7 @@ class DfsWeightPolicy:
     walk, ``BasePrefixCache.dfs_weight_order``).
     """
 
-    sglang_schedule_policy: ClassVar[str | None] = "dfs-weight"
-    needs_prefix_path: ClassVar[bool] = True
-    """Hosts fill ``RequestView.prefix_path`` only for policies that ask."""
+    needs: ClassVar[SchedulingNeeds] = SchedulingNeeds(sglang_native="dfs-weight", prefix_path=True)
 
     def order(self, queue: QueueView) -> OrderDecision:
         root = _Subtree()

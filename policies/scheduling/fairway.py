@@ -40,12 +40,13 @@ import numpy as np
 
 from policies.scheduling.columns import ColumnarOrder, QueueColumns
 from policies.views import RequestView
+from policies.scheduling import SchedulingNeeds
 
 
 class FairwayPolicy(ColumnarOrder):
     """Fairway prefill ordering (see module docs)."""
 
-    sglang_schedule_policy: ClassVar[str | None] = None
+    needs: ClassVar[SchedulingNeeds] = SchedulingNeeds()
 
     # NOTE: defaults = conf/policy/fairway.yaml (chosen by bench/scripts/fairway.py)
     def __init__(self, queue_threshold: int = 32, aging_weight: float = 0.0,

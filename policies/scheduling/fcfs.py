@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from policies.scheduling import OrderDecision, QueueView
+from policies.scheduling import OrderDecision, QueueView, SchedulingNeeds
 
 
 @dataclass(frozen=True)
@@ -14,7 +14,7 @@ class FcfsPolicy:
     retracted requests (SGLang's fcfs does not sort; a retracted request goes
     behind the ones already waiting). Inside SGLang: ``--schedule-policy fcfs``."""
 
-    sglang_schedule_policy: ClassVar[str | None] = "fcfs"
+    needs: ClassVar[SchedulingNeeds] = SchedulingNeeds(sglang_native="fcfs")
 
     def order(self, queue: QueueView) -> OrderDecision:
         return OrderDecision(tuple(r.rid for r in queue.requests))

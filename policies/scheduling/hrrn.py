@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from policies.scheduling import OrderDecision, QueueView, ordered_by
+from policies.scheduling import OrderDecision, QueueView, SchedulingNeeds, ordered_by
 from policies.views import RequestView
 
 
@@ -19,7 +19,7 @@ class HrrnPolicy:
     Inside SGLang: ``--schedule-policy hrrn``.
     """
 
-    sglang_schedule_policy: ClassVar[str | None] = "hrrn"
+    needs: ClassVar[SchedulingNeeds] = SchedulingNeeds(sglang_native="hrrn")
 
     def order(self, queue: QueueView) -> OrderDecision:
         def key(r: RequestView) -> tuple[float, str]:

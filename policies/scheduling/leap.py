@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import ClassVar, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -37,22 +37,22 @@ from policies.predictors import LengthPredictor
 from policies.predictors.rls import RlsLengthHead
 from policies.scheduling.columns import ColumnarOrder, QueueColumns
 from policies.views import RequestView
+from policies.scheduling import SchedulingNeeds
 
 
 class LeapPolicy(ColumnarOrder):
     """LEAP scheduling (see module docs)."""
 
-    sglang_schedule_policy: ClassVar[str | None] = None
-    uses_cache_hits: ClassVar[bool] = False
-    """The order reads predicted output lengths only: no prefix matching needed."""
 
     def __init__(self, hidden_state_layer: int = 15, feature_dim: int = 576,
                  forgetting: float = 0.999, ridge: float = 1.0, prior_tokens: float = 64.0,
                  aging_tokens: float = 1048576.0, head_path: Optional[str] = None) -> None:
         if hidden_state_layer < 0 or aging_tokens <= 0:
             raise ValueError("need hidden_state_layer >= 0 and aging_tokens > 0")
-        self.hidden_state_layer = hidden_state_layer
-        """Decoder layer whose input hidden state the host captures at prefill."""
+        self.needs = SchedulingNeeds(cache_hits=False, hidden_state_layer=hidden_state_layer)
+        """No prefix matching (the order reads predicted lengths only); the host
+        captures the input hidden state of decoder layer ``hidden_state_layer``
+        at each request's prefill."""
         self.aging_tokens = aging_tokens
         self.predictor: LengthPredictor = (
             RlsLengthHead.load(Path(head_path)) if head_path else
@@ -64,6 +64,10 @@ class LeapPolicy(ColumnarOrder):
     def prior_tokens(self) -> float:
         """Geometric-mean output length of finished requests (the no-features guess)."""
         return math.expm1(self._log_sum / self._count)
+
+    def predict_output_tokens(self, features: tuple[float, ...]) -> float:
+        """The head's current prediction for a request with ``features``."""
+        return float(self.predictor.predict(features))
 
     def rank(self, queue: QueueColumns) -> np.ndarray:
         total = np.full(len(queue), self.prior_tokens)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from policies.scheduling import OrderDecision, QueueView, ordered_by
+from policies.scheduling import OrderDecision, QueueView, SchedulingNeeds, ordered_by
 
 
 @dataclass(frozen=True)
@@ -13,7 +13,7 @@ class LpmPolicy:
     """Most cached tokens first; in-batch duplicates last; ties keep queue
     order. Inside SGLang: ``--schedule-policy lpm``."""
 
-    sglang_schedule_policy: ClassVar[str | None] = "lpm"
+    needs: ClassVar[SchedulingNeeds] = SchedulingNeeds(sglang_native="lpm")
 
     def order(self, queue: QueueView) -> OrderDecision:
         return ordered_by(

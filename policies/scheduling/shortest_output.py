@@ -11,14 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from policies.scheduling import OrderDecision, QueueView, ordered_by
+from policies.scheduling import OrderDecision, QueueView, SchedulingNeeds, ordered_by
 
 
 @dataclass(frozen=True)
 class ShortestOutputPolicy:
     """Order by remaining ``max_new_tokens``, then arrival (no aging: an oracle bound)."""
 
-    sglang_schedule_policy: ClassVar[str | None] = None
+    needs: ClassVar[SchedulingNeeds] = SchedulingNeeds()
 
     def order(self, queue: QueueView) -> OrderDecision:
         return ordered_by(queue, lambda r: (r.max_new_tokens - r.num_output_tokens, r.arrival_seq))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from policies.scheduling import OrderDecision, QueueView, ordered_by
+from policies.scheduling import OrderDecision, QueueView, SchedulingNeeds, ordered_by
 
 
 @dataclass(frozen=True)
@@ -14,7 +14,7 @@ class ShortestPrefillFirstPolicy:
     then arrival time. Inside SGLang: ``--schedule-policy shortest-prefill-first``
     (which also caps a running chunked prefill; the simulator does not)."""
 
-    sglang_schedule_policy: ClassVar[str | None] = "shortest-prefill-first"
+    needs: ClassVar[SchedulingNeeds] = SchedulingNeeds(sglang_native="shortest-prefill-first")
 
     def order(self, queue: QueueView) -> OrderDecision:
         return ordered_by(

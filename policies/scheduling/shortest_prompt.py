@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from policies.scheduling import OrderDecision, QueueView, ordered_by
+from policies.scheduling import OrderDecision, QueueView, SchedulingNeeds, ordered_by
 
 
 @dataclass(frozen=True)
 class ShortestPromptPolicy:
     """Order by ``num_input_tokens`` (prompt plus output so far), then arrival."""
 
-    sglang_schedule_policy: ClassVar[str | None] = None
+    needs: ClassVar[SchedulingNeeds] = SchedulingNeeds()
 
     def order(self, queue: QueueView) -> OrderDecision:
         return ordered_by(queue, lambda r: (r.num_input_tokens, r.arrival_seq))

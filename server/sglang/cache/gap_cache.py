@@ -1,0 +1,322 @@
+"""A gap-capable radix prefix cache for SGLang, driven by a pure ``EvictionPolicy``.
+
+``GapRadixCache`` is a ``BasePrefixCache`` over ``gap_tree.GapTree``:
+``register_gap_cache(policy)`` registers it with SGLang's own cache registry
+(``--radix-cache-backend switchboard_gap``). It is meant for ``+cache=penelope``
+(``EvictionNeeds.interior``): eviction may free an interior node's slots and keep its
+keys (a *gap*); with a tail-only policy it behaves as SGLang's radix tree.
+
+What SGLang's scheduler sees stays exact without gap recompute:
+
+* ``match_prefix`` returns the contiguous cached prefix up to the first gap
+  (the request computes everything after it, the cached tail included);
+* ``insert`` through a hollow node fills it from the inserted value.
+  ``NOTE`` (ownership): the result's ``adopted_ranges[FULL]`` lists the ranges
+  of the value the tree took (filled gaps, new leaf); every other slot of
+  ``value[:prefix_len]`` is a duplicate the caller frees (``duplicate_ranges``),
+  so a request's tail recomputed after a gap is freed, its gap slots are not;
+* ``checkpoint`` does exactly that for a running or finished request.
+
+For gap recompute (``gap_prefill.py``): ``match_with_gaps`` returns the
+prefix, the gaps and the cached tail after them; ``gap_at`` says where the gap
+a request stands at ends, and ``checkpoint`` hands it the cached tail.
+
+With ``cache.host_tier_tokens`` (a host setting), freed KV is copied to host memory
+first (``host_kv.HostKVTier``) and ``restore_host_segments`` brings the copies
+back at admission instead of recomputing them.
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+from typing import Any, Callable, NamedTuple, Optional
+
+import torch
+from sglang.srt.mem_cache import base_prefix_cache as bpc
+from sglang.srt.mem_cache import radix_cache, registry
+from sglang.srt.mem_cache.unified_cache import component_type
+
+from policies.cache import EvictionPolicy
+from server.sglang.launch import contract
+from server.sglang.cache.gap_node import GapNode, first_gap
+from server.sglang.cache.gap_tree import GapTree
+from server.sglang.cache.host_kv import HostRestoreMixin
+
+#: ``--radix-cache-backend`` name of the gap cache.
+GAP_CACHE_BACKEND = "switchboard_gap"
+
+_MC = "sglang.srt.mem_cache"
+#: SGLang symbols this module uses (checked by ``register_gap_cache``).
+GAP_CACHE_SYMBOLS: tuple[contract.HookedSymbol, ...] = tuple(
+    contract.HookedSymbol(path, params) for path, params in (
+        (f"{_MC}.registry.register_radix_cache_backend", ("name", "factory")),
+        (f"{_MC}.registry.get_radix_cache_factory", ("name",)),
+        (f"{_MC}.base_prefix_cache.BasePrefixCache.checkpoint", ("self", "req", "up_to", "kwargs")),
+        (f"{_MC}.base_prefix_cache.MatchResult", None),
+        (f"{_MC}.base_prefix_cache.MatchPrefixParams", None),
+        (f"{_MC}.base_prefix_cache.InsertParams", None),
+        (f"{_MC}.base_prefix_cache.InsertResult", None),
+        (f"{_MC}.base_prefix_cache.EvictParams", None),
+        (f"{_MC}.base_prefix_cache.EvictResult", None),
+        (f"{_MC}.base_prefix_cache.IncLockRefResult", None),
+        (f"{_MC}.base_prefix_cache.DecLockRefResult", None),
+        (f"{_MC}.radix_cache.RadixKey.match_at", ("self", "other", "offset", "page_size")),
+        (f"{_MC}.radix_cache.RadixKey.child_key_at", ("self", "offset", "page_size")),
+        (f"{_MC}.unified_cache.component_type.ComponentType.FULL", None),
+        # the host tier (host_kv.py): the default KV pool's own offload API
+        (f"{_MC}.allocator.token.TokenToKVPoolAllocator.get_kvcache", ("self",)),
+        (f"{_MC}.memory_pool.MHATokenToKVPool.get_cpu_copy",
+         ("self", "indices", "mamba_indices", "req_pool_index")),
+        (f"{_MC}.memory_pool.MHATokenToKVPool.load_cpu_copy",
+         ("self", "kv_cache_cpu", "indices", "mamba_indices", "req_pool_index")),
+    ))
+
+FULL = component_type.ComponentType.FULL
+
+
+class GapMatch(NamedTuple):
+    """A match through gaps: ``prefix | gap | tail | gap | tail ...``."""
+
+    prefix_indices: torch.Tensor
+    """Slots of the contiguous cached prefix (what ``match_prefix`` returns)."""
+    gaps: list[tuple[int, int]]
+    """Token positions ``[start, end)`` of each gap, in order."""
+    tail: list[tuple[int, int, torch.Tensor]]
+    """Cached segments after the first gap: ``(start, end, slots)``."""
+    last_node: Any
+    """Node the whole match ends in: lock it before filling gaps."""
+    matched_len: int
+    """Tokens the match covers (prefix, gaps and tail)."""
+
+
+def duplicate_ranges(result: bpc.InsertResult, start: int = 0) -> list[tuple[int, int]]:
+    """Ranges of ``value[start:result.prefix_len]`` the insert did not adopt:
+    duplicates of slots the tree already had, which the caller frees."""
+    dups, pos = [], start
+    for s, e in (result.adopted_ranges or {}).get(FULL, []):
+        if s >= result.prefix_len:
+            break
+        if s > pos:
+            dups.append((pos, s))
+        pos = max(pos, e)
+    if pos < result.prefix_len:
+        dups.append((pos, result.prefix_len))
+    return dups
+
+
+class GapRadixCache(HostRestoreMixin, bpc.BasePrefixCache):
+    """SGLang prefix cache whose nodes can be hollow (see module docs)."""
+
+    def __init__(self, params: Any, policy: EvictionPolicy,
+                 clock: Callable[[], float] = time.monotonic, host_tier_tokens: int = 0) -> None:
+        if params.disable:
+            raise ValueError("the gap cache cannot run with the radix cache disabled")
+        self.disable = False
+        self.req_to_token_pool = params.req_to_token_pool
+        self.token_to_kv_pool_allocator = params.token_to_kv_pool_allocator
+        self.page_size = params.page_size
+        self.is_eagle = params.is_eagle
+        self.policy, self.clock = policy, clock
+        self.host_tier_tokens = host_tier_tokens
+        """Size of the host tier (``cache.host_tier_tokens``); 0 = none."""
+        dev = getattr(self.token_to_kv_pool_allocator, "device", "cpu")
+        self.device = torch.device(dev if isinstance(dev, (str, torch.device)) else "cpu")
+        self.reset()
+
+    def reset(self) -> None:
+        self._empty = torch.empty((0,), dtype=torch.int64, device=self.device)
+        root_key = radix_cache.RadixKey(token_ids=array("q"))
+        self.host = self._host_tier()
+        self.tree = GapTree(self.policy, self._free_slots, root_key, self._empty,
+                            page_size=self.page_size, copy=torch.Tensor.clone, clock=self.clock,
+                            host=self.host)
+        self.root_node = self.tree.root
+
+    def _free_slots(self, value: torch.Tensor) -> None:
+        self.token_to_kv_pool_allocator.free_segment(value, start_pos=0)
+
+    def _key(self, key: Any) -> Any:
+        key, _ = key.maybe_to_bigram_view(self.is_eagle)
+        return key.page_aligned(self.page_size)
+
+    # ----------------------------------------------------------------- match
+    def match_prefix(self, params: bpc.MatchPrefixParams) -> bpc.MatchResult:
+        path = self.tree.walk(self._key(params.key))
+        gap = first_gap(path)
+        last = path[gap - 1] if gap else self.root_node
+        return bpc.MatchResult(device_prefix_len=last.end if last is not self.root_node else 0,
+                               last_device_node=last, last_host_node=last, best_match_node=last)
+
+    def touch_prefix(self, key: Any) -> None:
+        self.tree.walk(self._key(key))
+
+    def match_with_gaps(self, key: Any) -> GapMatch:
+        """The cached prefix, the gaps and the cached tail of ``key`` (module docs)."""
+        return self._gaps_of(self.tree.walk(self._key(key)))
+
+    def _gaps_of(self, path: list[GapNode]) -> GapMatch:
+        gap = first_gap(path)
+        prefix = self._cat([n.value for n in path[:gap]])
+        gaps: list[tuple[int, int]] = []
+        tail: list[tuple[int, int, list[torch.Tensor]]] = []
+        for n in path[gap:]:
+            if n.hollow:
+                if gaps and gaps[-1][1] == n.start:
+                    gaps[-1] = (gaps[-1][0], n.end)
+                else:
+                    gaps.append((n.start, n.end))
+            elif tail and tail[-1][1] == n.start:
+                tail[-1] = (tail[-1][0], n.end, tail[-1][2] + [n.value])
+            else:
+                tail.append((n.start, n.end, [n.value]))
+        return GapMatch(prefix, gaps, [(s, e, self._cat(v)) for s, e, v in tail],
+                        path[-1] if path else self.root_node, path[-1].end if path else 0)
+
+    def fill_gap(self, node: GapNode, start: int, end: int,
+                 indices: torch.Tensor) -> list[tuple[int, int]]:
+        """Give the gap ``[start, end)`` on the path to ``node`` (a locked
+        ``GapMatch.last_node``) the newly computed slots ``indices``. Returns
+        the ranges the tree took; the rest (a part another request's insert
+        filled meanwhile) stays the caller's to free."""
+        return self.tree.fill(node, start, end, indices)
+
+    def req_key(self, req: Any, length: int) -> Any:
+        """The tree key of ``req``'s first ``length`` tokens."""
+        return radix_cache.RadixKey(req.full_untruncated_fill_ids[:length], req.extra_key,
+                                    is_bigram=self.is_eagle, cache_salt=req.cache_salt)
+
+    def req_path(self, req: Any) -> list[GapNode]:
+        """The tree path of ``req``'s prompt but its last token (hollow nodes
+        included). NOTE: the last prompt token is never counted as cached
+        (SGLang computes it for the first output's logits)."""
+        return self.tree.walk(self._key(self.req_key(req, len(req.full_untruncated_fill_ids) - 1)))
+
+    def gap_at(self, req: Any, start: int) -> Optional[int]:
+        """End of the gap that starts at token ``start`` of ``req``'s path, if
+        cached KV follows it (so prefilling only the gap pays off); else ``None``."""
+        gm = self._gaps_of(self.req_path(req))
+        if not gm.gaps or gm.gaps[0][0] != start:
+            return None
+        end = gm.gaps[0][1]
+        return end if any(seg_start == end for seg_start, _, _ in gm.tail) else None
+
+    def _adopt_cached_continuation(self, req: Any, up_to: int) -> None:
+        """After a chunk of ``req`` (``up_to`` < its length): take the tree's
+        contiguous cached continuation as the request's prefix, so the next chunk
+        starts after it. This is how a cached tail after a recomputed gap is
+        reused. NOTE: exact for any cached continuation: a prefix cache's KV of a
+        token depends only on the tokens up to it, and the tail's were computed
+        after identical tokens at identical positions."""
+        path = self.req_path(req)
+        gap = first_gap(path)
+        last = path[gap - 1] if gap else None
+        if last is None or last.end <= up_to:
+            return
+        indices = self.path_device_indices(last)
+        self.req_to_token_pool.write((req.kv.req_pool_idx, slice(up_to, last.end)), indices[up_to:last.end])
+        self.unlock(req.lock)
+        req.lock = self.lock(last)
+        req.last_node = last
+        req.kv.cache_protected_len = last.end
+        req.kv.cache_inserted_len = max(req.kv.cache_inserted_len, last.end)
+        req.extend_end = last.end  # NOTE: checkpoint_kv_cache makes it the prefix
+
+    def _cat(self, values: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat(values) if values else self._empty
+
+    def path_device_indices(self, node: GapNode) -> torch.Tensor:
+        path = self.tree.path_to(node)
+        assert not any(n.hollow for n in path), "the path to this node has a gap"
+        return self._cat([n.value for n in path])
+
+    # ---------------------------------------------------------------- insert
+    def insert(self, params: bpc.InsertParams) -> bpc.InsertResult:
+        key = self._key(params.key)
+        assert params.value is not None, "the gap cache needs the inserted KV slots"
+        prefix_len, last, adopted = self.tree.insert(
+            key, params.value[:len(key)], params.priority or 0, params.session_id,
+            params.inserted_len)
+        return bpc.InsertResult(prefix_len=prefix_len, total_len=len(key),
+                                last_device_node=last, adopted_ranges={FULL: adopted})
+
+    def checkpoint(self, req: Any, *, up_to: int, **kwargs: Any) -> None:
+        token_ids = req.full_untruncated_fill_ids[:up_to]
+        row = self.req_to_token_pool.req_to_token[req.kv.req_pool_idx, :len(token_ids)]
+        key = self._key(radix_cache.RadixKey(token_ids, req.extra_key, is_bigram=self.is_eagle,
+                                             cache_salt=req.cache_salt))
+        values = row[:len(key)].to(dtype=torch.int64, copy=True)
+        result = self.insert(bpc.InsertParams(
+            key=key, value=values, inserted_len=req.kv.cache_inserted_len,
+            priority=req.priority or 0, session_id=getattr(req, "session_id", None)))
+        req.kv.cache_inserted_len = max(req.kv.cache_inserted_len, len(key))
+        protected = req.kv.cache_protected_len
+        for s, e in duplicate_ranges(result, protected):
+            self.token_to_kv_pool_allocator.free_segment(values[s:e], start_pos=s)
+        new_indices = self.path_device_indices(result.last_device_node)
+        assert len(new_indices) == len(key), (len(new_indices), len(key))
+        self.req_to_token_pool.write((req.kv.req_pool_idx, slice(protected, len(new_indices))),
+                                     new_indices[protected:])
+        self.unlock(req.lock)
+        req.lock = self.lock(result.last_device_node)
+        req.kv.cache_protected_len = len(new_indices)
+        req.last_node = result.last_device_node
+        if not req.finished() and up_to < len(req.full_untruncated_fill_ids):
+            self._adopt_cached_continuation(req, up_to)
+
+    # ------------------------------------------------------ eviction, locks
+    def evict(self, params: bpc.EvictParams) -> bpc.EvictResult:
+        start = time.perf_counter()
+        freed = self.tree.evict(params.num_tokens)
+        self.update_eviction_metrics(freed, start)
+        return bpc.EvictResult(num_tokens_evicted=freed)
+
+    def inc_lock_ref(self, node: GapNode) -> bpc.IncLockRefResult:
+        return bpc.IncLockRefResult(delta=self.tree.lock(node))
+
+    def dec_lock_ref(self, node: GapNode, params: Optional[Any] = None) -> bpc.DecLockRefResult:
+        return bpc.DecLockRefResult(delta=self.tree.unlock(node))
+
+    def evictable_size(self) -> int:
+        return self.tree.evictable_tokens
+
+    def full_evictable_size(self) -> int:
+        return self.tree.evictable_tokens
+
+    def protected_size(self) -> int:
+        return self.tree.protected_tokens
+
+    def full_protected_size(self) -> int:
+        return self.tree.protected_tokens
+
+    def total_size(self) -> int:
+        return self.tree.evictable_tokens + self.tree.protected_tokens
+
+    def owned_slots(self) -> list[torch.Tensor]:
+        """Every node's slots (tests check that no slot is owned twice)."""
+        return [n.value for n in self.tree.nodes() if not n.hollow]
+
+
+_active: dict[str, Any] = {}
+
+
+def register_gap_cache(policy: EvictionPolicy, host_tier_tokens: int = 0) -> str:
+    """Make ``--radix-cache-backend switchboard_gap`` build a ``GapRadixCache``
+    over ``policy`` with a host tier of ``host_tier_tokens`` (re-entrant: a
+    later call replaces both). Returns the backend name. The plugin calls it in
+    every SGLang process when the cache policy evicts interior nodes
+    (``+cache=penelope``)."""
+    contract.verify(GAP_CACHE_SYMBOLS)
+    _active["policy"] = policy
+    _active["host_tier_tokens"] = host_tier_tokens
+    if registry.get_radix_cache_factory(GAP_CACHE_BACKEND) is None:
+        registry.register_radix_cache_backend(GAP_CACHE_BACKEND, _build)
+    return GAP_CACHE_BACKEND
+
+
+def _build(ctx: Any) -> GapRadixCache:
+    unsupported = [name for name in ("is_hybrid_swa", "is_hybrid_ssm", "enable_hierarchical_cache",
+                                     "disable_radix_cache") if getattr(ctx, name, False)]
+    if unsupported:
+        raise ValueError(f"the {GAP_CACHE_BACKEND} cache does not support {', '.join(unsupported)}")
+    return GapRadixCache(ctx.params, _active["policy"], host_tier_tokens=_active["host_tier_tokens"])

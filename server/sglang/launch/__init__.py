@@ -1,0 +1,1 @@
+"""Launching SGLang: argument checks, process environment, hook contract, plugin."""

@@ -1,0 +1,169 @@
+"""From a ``LaunchPlan`` to SGLang ``ServerArgs``, validated by SGLang itself.
+
+The ``sglang.*`` mapping is turned into the command line ``sglang serve``
+would take and parsed by SGLang's own argument parser
+(``ServerArgs.add_cli_args``), so types, choices and field names are checked
+exactly as SGLang checks them. The only difference: a mistake raises
+``ConfigError`` with one line naming ``sglang.<field>``, instead of argparse's
+usage dump.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+from typing import Any
+
+from compose.config import ConfigError
+from compose.specs import build_policy
+from server.resolve import LaunchPlan
+
+#: ``--radix-eviction-policy`` value that selects Switchboard's eviction seam.
+EVICTION_STRATEGY_NAME = "switchboard"
+#: ``--radix-cache-backend`` of the gap cache (= ``server.sglang.cache.gap_cache.GAP_CACHE_BACKEND``;
+#: not imported from there: that module imports torch and SGLang's cache).
+GAP_CACHE_BACKEND = "switchboard_gap"
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        raise ConfigError(message)
+
+
+def sglang_fields(plan: LaunchPlan) -> dict[str, Any]:
+    """ServerArgs fields: the plan's, plus what the chosen policies and device imply."""
+    fields = dict(plan.sglang)
+
+    def require(name: str, value: Any, why: str) -> None:
+        if name in fields and fields[name] not in (None, value):
+            raise ConfigError(f"sglang.{name}={fields[name]} conflicts with {why} (needs {value})")
+        fields[name] = value
+
+    sched = plan.policies.get("policy")
+    if sched is not None:
+        needs = build_policy(sched).needs
+        builtin = needs.sglang_native
+        if needs.hidden_state_layer is not None:
+            # NOTE: the feature capture is a forward hook; hooks do not run in CUDA graphs.
+            require("cuda_graph_backend_prefill", "disabled", f"+policy ({sched.target}) capturing hidden states")
+        # Our policies run through SGLang's fcfs slot: the seam re-sorts the queue.
+        require("schedule_policy", builtin or "fcfs", f"+policy ({sched.target})")
+    if "cache" in plan.policies:
+        cache = plan.policies["cache"]
+        interior = build_policy(cache).needs.interior
+        if cache.host_settings().host_tier_tokens and not interior:
+            # NOTE: our host tier lives in the gap cache; a tail-first cache has SGLang's own
+            raise ConfigError(
+                f"cache.host_tier_tokens needs a cache that holds gaps (+cache=penelope); "
+                f"for +cache ({cache.target}) use SGLang's own host tier "
+                "(sglang.enable_hierarchical_cache=true)")
+        if interior:
+            # NOTE: front eviction needs a cache that holds gaps: ours, through
+            # SGLang's cache registry (server/sglang/cache/gap_cache.py); never a
+            # silent fallback to tail-first eviction.
+            why = f"+cache ({cache.target}) freeing history from the front (gap cache)"
+            require("radix_cache_backend", GAP_CACHE_BACKEND, why)
+            require("page_size", 1, why)
+            # NOTE: a gap chunk's checkpoint hands the request its cached tail
+            # before the next chunk is planned; overlap scheduling plans first.
+            require("disable_overlap_schedule", True, why)
+            for flag in ("enable_hierarchical_cache", "speculative_algorithm"):
+                if fields.get(flag):
+                    raise ConfigError(f"sglang.{flag} conflicts with {why}")
+        else:
+            require("radix_eviction_policy", EVICTION_STRATEGY_NAME, "+cache")
+        if fields.get("disable_radix_cache"):
+            raise ConfigError("+cache needs the prefix cache; remove sglang.disable_radix_cache")
+    if plan.device == "cpu":
+        # NOTE: CUDA graphs do not exist on CPU.
+        fields.setdefault("cuda_graph_backend_decode", "disabled")
+        fields.setdefault("cuda_graph_backend_prefill", "disabled")
+    return fields
+
+
+def register_eviction_choice() -> None:
+    from sglang.srt.arg_groups.choices import RADIX_EVICTION_POLICY_CHOICES, add_radix_eviction_policy_choices
+
+    if EVICTION_STRATEGY_NAME not in RADIX_EVICTION_POLICY_CHOICES:
+        add_radix_eviction_policy_choices([EVICTION_STRATEGY_NAME])
+
+
+def _parser() -> argparse.ArgumentParser:
+    from sglang.srt.server_args import ServerArgs
+
+    register_eviction_choice()
+    parser = _RaisingParser(prog="sglang", add_help=False)
+    ServerArgs.add_cli_args(parser)
+    return parser
+
+
+def to_argv(fields: dict[str, Any], parser: argparse.ArgumentParser | None = None) -> list[str]:
+    """The ``sglang serve`` command line for ``fields`` (raises ``ConfigError``)."""
+    parser = parser or _parser()
+    actions = {a.dest: a for a in parser._actions if a.option_strings}
+    argv: list[str] = []
+    for name, value in fields.items():
+        action = actions.get(name)
+        if action is None:
+            close = difflib.get_close_matches(name, list(actions), n=3)
+            hint = f"; did you mean {', '.join('sglang.' + c for c in close)}?" if close else ""
+            raise ConfigError(f"unknown config key 'sglang.{name}': not a ServerArgs field{hint}")
+        if value is None:
+            continue  # NOTE: null means "SGLang's default"
+        flag = next(s for s in action.option_strings if s.startswith("--"))
+        argv += _tokens(name, flag, action, value)
+    _check(parser, argv, actions)
+    return argv
+
+
+def _tokens(name: str, flag: str, action: argparse.Action, value: Any) -> list[str]:
+    if action.nargs == 0:  # store_true / store_const style flags
+        if isinstance(action, argparse.BooleanOptionalAction):
+            return [flag if value else f"--no-{flag[2:]}"]
+        if value == action.const:
+            return [flag]
+        if value == action.default:
+            return []
+        raise ConfigError(
+            f"invalid value for 'sglang.{name}': {value!r} (it is a flag: true or {action.default!r})"
+        )
+    if isinstance(value, (list, tuple)):
+        return [flag, *(_scalar(v) for v in value)]
+    return [flag, _scalar(value)]
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return str(value)
+
+
+def _check(parser: argparse.ArgumentParser, argv: list[str], actions: dict[str, argparse.Action]) -> None:
+    by_flag = {s: f"sglang.{d}" for d, a in actions.items() for s in a.option_strings}
+    try:
+        parser.parse_args(argv)
+    except ConfigError as exc:
+        msg = str(exc)
+        for flag, name in sorted(by_flag.items(), key=lambda kv: -len(kv[0])):
+            if f"argument {flag}" in msg or f"argument {flag}/" in msg:
+                msg = msg.split(": ", 1)[-1]
+                raise ConfigError(f"invalid value for '{name}': {msg}") from None
+        raise ConfigError(f"sglang: {msg}") from None
+
+
+def validate(plan: LaunchPlan) -> list[str]:
+    """Check ``plan``'s SGLang settings (before the model exists); return the argv."""
+    fields = sglang_fields(plan)
+    fields["model_path"] = fields.get("model_path") or "<default model>"
+    return to_argv(fields)
+
+
+def build_server_args(plan: LaunchPlan):  # -> (ServerArgs, argv)
+    """Validated ``ServerArgs`` for ``plan``, built the way ``sglang serve`` builds them."""
+    from sglang.srt.server_args import prepare_server_args
+
+    argv = to_argv(sglang_fields(plan))
+    return prepare_server_args(argv), argv

@@ -1,0 +1,93 @@
+"""The SGLang main process: ``python -m server.sglang.launch.main`` (started by the supervisor).
+
+Reads the plan named by ``$SWITCHBOARD_PLAN``, checks the hook contract,
+builds ``ServerArgs`` with SGLang's own parser, loads plugins (ours installs
+the policies), adds the overload middleware and runs SGLang's HTTP server.
+
+Exit codes: 2 = config error, 3 = SGLang hook contract broken.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from compose.config import ConfigError
+from server.resolve import LaunchPlan
+from server.sglang.launch.env import PLAN_ENV
+
+EXIT_CONFIG = 2
+EXIT_CONTRACT = 3
+
+
+def _die_with_parent() -> None:
+    """Linux: get SIGTERM when the supervisor dies, so nothing is orphaned."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def prepare(plan: LaunchPlan):
+    """Everything before serving: contract, ServerArgs, plugins, middleware."""
+    from server.sglang.launch.contract import verify
+
+    verify()
+    from server.sglang.launch.args import build_server_args
+
+    server_args, argv = build_server_args(plan)
+    logging.getLogger("switchboard").info("sglang args: %s", " ".join(argv))
+
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+    _check_installed()
+
+    from sglang.srt.entrypoints.http_server import app
+
+    from server.sglang.middleware.retry_after import RetryAfterMiddleware
+    from server.sglang.middleware.sessions import SessionIdMiddleware
+
+    app.add_middleware(RetryAfterMiddleware)
+    app.add_middleware(SessionIdMiddleware)
+    return server_args
+
+
+def _check_installed() -> None:
+    """Fail unless our plugin's hooks were applied in this process."""
+    from sglang.srt.managers import scheduler
+
+    from server.sglang.launch.contract import HookContractError
+
+    if scheduler.Scheduler.__name__ != "SwitchboardScheduler":
+        raise HookContractError(
+            "SGLang did not apply Switchboard's Scheduler hook (is the `switchboard` "
+            "plugin excluded by SGLANG_PLUGINS, or the package not installed?)"
+        )
+
+
+def main() -> int:
+    _die_with_parent()
+    plan = LaunchPlan.from_json(Path(os.environ[PLAN_ENV]).read_text())
+    from server.sglang.launch.contract import HookContractError
+
+    try:
+        server_args = prepare(plan)
+    except ConfigError as exc:
+        print(f"switchboard: config error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_CONFIG
+    except HookContractError as exc:
+        print(f"switchboard: {exc}", file=sys.stderr, flush=True)
+        return EXIT_CONTRACT
+    from sglang.srt.entrypoints.http_server import launch_server
+
+    launch_server(server_args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

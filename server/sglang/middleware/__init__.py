@@ -1,0 +1,1 @@
+"""HTTP middleware on SGLang's app: Retry-After on overload answers, session ids."""

@@ -1,0 +1,1 @@
+"""Seams inside SGLang's scheduler: arrival checks, admission, queue order, capture, feedback."""

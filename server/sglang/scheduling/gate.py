@@ -1,0 +1,98 @@
+"""Admission inside SGLang's scheduler: the gate that applies an ``AdmissionPolicy``.
+
+Hop 5 of docs/lifecycle.md: ``SwitchboardScheduler._add_request_to_queue``
+asks ``AdmissionGate.on_arrival`` (before the request joins ``waiting_queue``
+and before any KV allocation); deferred requests are revisited each prefill
+pass (``revisit``), sorted last, and never offered to the PrefillAdder
+(``GatedPrefillAdder``).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from http import HTTPStatus
+from typing import Any
+
+from sglang.srt.managers import scheduler as sglang_scheduler
+from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder
+
+from policies.admission import (AdmissionAction, AdmissionDecision, AdmissionPolicy, AdmissionView,
+                                check_decision)
+from server.sglang.middleware.retry_after import rejection_message
+from server.sglang.scheduling.views import request_view
+
+#: Set on a ``Req`` while admission defers it.
+DEFERRED_ATTR = "_switchboard_deferred"
+
+
+def is_deferred(req: Any) -> bool:
+    return getattr(req, DEFERRED_ATTR, False)
+
+
+class AdmissionGate:
+    """Applies an ``AdmissionPolicy`` to one scheduler's requests."""
+
+    def __init__(self, scheduler: Any, policy: AdmissionPolicy) -> None:
+        self.scheduler = scheduler
+        self.policy = policy
+
+    def view(self, req: Any) -> AdmissionView:
+        s = self.scheduler
+        queue = s.waiting_queue
+        deferred = sum(1 for r in queue if is_deferred(r) and r is not req)
+        waiting = sum(1 for r in queue if r is not req) - deferred
+        allocator = s.token_to_kv_pool_allocator
+        return AdmissionView(
+            request=request_view(req),
+            now=time.perf_counter(),
+            num_waiting=waiting,
+            num_deferred=deferred,
+            num_running=len(s.running_batch.reqs),
+            kv_capacity_tokens=int(getattr(s, "max_total_num_tokens", 0) or 0),
+            kv_free_tokens=int(allocator.available_size()),
+        )
+
+    def on_arrival(self, req: Any) -> bool:
+        """Decide on a new request; ``True`` if it may join the waiting queue."""
+        decision = check_decision(self.policy.needs, self.policy.decide(self.view(req)))
+        if decision.action is AdmissionAction.REJECT:
+            self.reject(req, decision)
+            return False
+        setattr(req, DEFERRED_ATTR, decision.action is AdmissionAction.DEFER)
+        return True
+
+    def revisit(self, waiting_queue: list) -> None:
+        """Offer each deferred request to the policy again, oldest first."""
+        if not self.policy.needs.defers:
+            return
+        for req in [r for r in waiting_queue if is_deferred(r)]:
+            decision = self.policy.decide(self.view(req))
+            if decision.action is AdmissionAction.ADMIT:
+                setattr(req, DEFERRED_ATTR, False)
+            elif decision.action is AdmissionAction.REJECT:
+                waiting_queue.remove(req)
+                self.reject(req, decision)
+                self.scheduler._release_aborted_request(req)
+
+    def reject(self, req: Any, decision: AdmissionDecision) -> None:
+        """Answer ``req`` with 429 + Retry-After; the caller frees what it holds."""
+        reason = {
+            "type": "abort",
+            "status_code": HTTPStatus.TOO_MANY_REQUESTS,
+            "message": rejection_message(decision),
+        }
+        self.scheduler.send_abort_output(sglang_scheduler._make_abort_req(req, reason), req)
+
+
+@functools.lru_cache(maxsize=None)
+def gated_adder(base: type[PrefillAdder]) -> type[PrefillAdder]:
+    class GatedPrefillAdder(base):  # type: ignore[valid-type, misc]
+        """Stops the prefill walk at the first deferred request (they sort last)."""
+
+        def add_one_req(self, req: Any, has_chunked_req: bool, truncation_align_size: Any):
+            if is_deferred(req):
+                return AddReqResult.OTHER
+            return super().add_one_req(req, has_chunked_req, truncation_align_size)
+
+    return GatedPrefillAdder

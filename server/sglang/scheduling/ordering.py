@@ -1,0 +1,146 @@
+"""Scheduling inside SGLang's scheduler: the queue order decided by a pure policy.
+
+Hop 6 of docs/lifecycle.md: SGLang calls ``SchedulePolicy.calc_priority`` each
+prefill pass; ``SwitchboardSchedulePolicy`` keeps the queue as rows of a
+``QueueColumnStore``, cache hits current with a ``MatchTracker``, asks the
+policy (columns or views) and reorders ``waiting_queue`` in place. With the gap
+cache it also ends a continuing chunk at the next gap (``gap_prefill``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable, Optional
+
+import numpy as np
+from sglang.srt.managers.schedule_policy import SchedulePolicy
+
+from policies.scheduling import QueueView, SchedulingPolicy, check_permutation
+from policies.scheduling.columns import RanksColumns, check_ranking
+from server.sglang.cache.gap_prefill import gap_chunk_limit
+from server.sglang.scheduling.gate import AdmissionGate, is_deferred
+from server.sglang.scheduling.matching import MatchTracker
+from server.sglang.scheduling.queue_columns import QueueColumnStore
+
+#: Requests at the front of each decided order whose cache hit is re-checked
+#: before the order is used (evictions only show there; see matching.py).
+HEAD_RECHECK = 16
+
+
+class SwitchboardSchedulePolicy(SchedulePolicy):
+    """SGLang's ``SchedulePolicy`` with the queue order decided by a pure policy.
+
+    Without an order policy it keeps SGLang's own order (``--schedule-policy``)
+    and only keeps deferred requests at the back. With one, the queue is kept
+    as rows of a ``QueueColumnStore`` across passes, cache hits by a
+    ``MatchTracker``; a policy that ranks columns (``RanksColumns``) is called
+    with them, any other with ``RequestView``s.
+    """
+
+    def __init__(self, policy: str, tree_cache: Any, enable_hierarchical_cache: bool,
+                 enable_priority_scheduling: bool, schedule_low_priority_values_first: bool,
+                 *, order: Optional[SchedulingPolicy] = None,
+                 gate: Optional[AdmissionGate] = None,
+                 prefill_clock: Optional[Callable[[], int]] = None,
+                 head_bounds: Optional[Callable[[Any], tuple[Optional[int], float]]] = None) -> None:
+        # NOTE: with our own order we run SGLang's cache-aware (lpm) slot, so the
+        # queue is prefix-matched each pass and the scheduler treats it as matched.
+        super().__init__("lpm" if order is not None else policy, tree_cache,
+                         enable_hierarchical_cache, enable_priority_scheduling,
+                         schedule_low_priority_values_first)
+        self.order_policy = order
+        self.gate = gate
+        self.prefill_clock = prefill_clock
+        self.head_bounds = head_bounds
+        """``running_batch -> (admit_limit, prefill_budget_tokens)`` of this pass."""
+        self.store = QueueColumnStore()
+        self._columnar = isinstance(order, RanksColumns)
+        self.tracker: Optional[MatchTracker] = None
+        # NOTE: no tracker when the policy reads no hits (``needs.cache_hits``)
+        # or the radix cache is off.
+        if order is not None and order.needs.cache_hits and not getattr(tree_cache, "disable", False):
+            self.tracker = MatchTracker(tree_cache)
+            self.tracker.watch_tree()
+
+    def _determine_active_policy(self, waiting_queue: list) -> Any:
+        if self.order_policy is not None:
+            # NOTE: no silent FCFS fallback for long queues (SGLang's > 128 rule):
+            # the chosen policy decides for every queue length.
+            return self.policy
+        return super()._determine_active_policy(waiting_queue)
+
+    def shortest_prefill_chunk_limit(self, chunked_req: Any, waiting_queue: list, budget: int,
+                                     page_size: int) -> Optional[int]:
+        limit = super().shortest_prefill_chunk_limit(chunked_req, waiting_queue, budget, page_size)
+        gap = gap_chunk_limit(self.tree_cache, chunked_req)  # NOTE: the next gap ends the chunk
+        if gap is None:
+            return limit
+        return gap if limit is None else min(gap, limit)
+
+    def forget(self, req: Any) -> None:
+        """``req`` (re-)enters the queue: drop what is kept about its last stay."""
+        self.store.forget(req)
+        if self.tracker is not None:
+            self.tracker.forget(req.rid)
+
+    def calc_priority(self, waiting_queue: list, running_batch: Any = None,
+                      processed_tokens: int = 0) -> None:
+        if self.gate is not None:
+            self.gate.revisit(waiting_queue)
+        if self.order_policy is None:
+            super().calc_priority(waiting_queue, running_batch, processed_tokens)
+        else:
+            clock = self.prefill_clock() if self.prefill_clock is not None else processed_tokens
+            self._apply_order(waiting_queue, running_batch, clock)
+        if self.gate is not None:
+            waiting_queue.sort(key=is_deferred)  # stable: deferred go last
+            self.store.remember(None)  # NOTE: the rows no longer follow the queue
+
+    def _apply_order(self, waiting_queue: list, running_batch: Any, clock: int) -> None:
+        sync = self.store.sync(waiting_queue)
+        if self.tracker is not None:
+            for req in sync.departed:
+                self.tracker.forget(req.rid)
+            for req in sync.arrived:
+                self.tracker.add(req)
+                self.store.set_cached(req)
+            for req in self.tracker.apply_inserts():
+                self.store.set_cached(req)
+        if not waiting_queue:
+            return
+        num_running = len(running_batch.reqs) if running_batch is not None else 0
+        bounds: tuple[Optional[int], float] = (None, math.inf)
+        # NOTE: deferred requests are moved behind the order afterwards, so the
+        # adder may reach past the policy's head: then the whole order counts.
+        if self.head_bounds is not None and not (self.gate is not None and any(map(is_deferred, waiting_queue))):
+            bounds = self.head_bounds(running_batch)
+        positions = self._decide(waiting_queue, sync.rows, clock, num_running, bounds)
+        if self.tracker is not None:
+            head = [waiting_queue[i] for i in positions[:HEAD_RECHECK].tolist()]
+            changed = self.tracker.recheck(head)
+            if changed:  # an eviction shortened a hit near the front
+                for req in changed:
+                    self.store.set_cached(req)
+                positions = self._decide(waiting_queue, sync.rows, clock, num_running, bounds)
+        waiting_queue[:] = [waiting_queue[i] for i in positions.tolist()]  # NOTE: in place: the scheduler holds it
+        self.store.remember(waiting_queue, sync.rows[positions])
+
+    def _decide(self, waiting_queue: list, rows: np.ndarray, clock: int,
+                num_running: int, bounds: tuple[Optional[int], float]) -> np.ndarray:
+        """Queue positions, best first, from the policy."""
+        now = time.perf_counter()
+        admit_limit, budget = bounds
+        if self._columnar:
+            columns = self.store.columns(rows, now=now, processed_tokens=clock, num_running=num_running,
+                                         admit_limit=admit_limit, prefill_budget_tokens=budget)
+            positions = np.asarray(self.order_policy.rank(columns))
+            check_ranking(len(waiting_queue), positions)
+            return positions
+        queue = QueueView(requests=self.store.views(waiting_queue, rows), now=now,
+                          processed_tokens=clock, num_running=num_running,
+                          admit_limit=admit_limit, prefill_budget_tokens=budget)
+        decision = self.order_policy.order(queue)  # type: ignore[union-attr]
+        check_permutation(queue, decision)
+        position = {r.rid: i for i, r in enumerate(waiting_queue)}
+        return np.fromiter((position[rid] for rid in decision.order), np.int64, len(waiting_queue))

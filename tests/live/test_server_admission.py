@@ -1,0 +1,80 @@
+"""max_queue admission in the live CPU server: 429 + Retry-After, nothing lost or hung;
+then a clean SIGTERM shutdown with no orphans."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import httpx
+import openai
+import psutil
+import pytest
+
+from tests.live.conftest import module_server
+from bench.live.chat import client, loads, wait_for
+
+from tests.live.harness import unique_prompt
+
+pytestmark = pytest.mark.server
+
+server = module_server("model.dtype=float32", "+admission=max_queue", "admission.max_waiting=2",
+                       "admission.retry_after_s=2", "sglang.max_running_requests=1")
+
+
+def chat_body(content: str, max_tokens: int, **extra) -> dict:
+    return {"model": "default", "messages": [{"role": "user", "content": content}],
+            "max_tokens": max_tokens, "temperature": 0, **extra}
+
+
+def test_past_max_waiting_requests_get_429_with_retry_after_and_admitted_ones_finish(server):
+    rng = random.Random(3)
+    url = server.base_url + "/v1/chat/completions"
+    results: dict[str, httpx.Response] = {}
+
+    def post(name: str, body: dict) -> None:
+        results[name] = httpx.post(url, json=body, timeout=600)
+
+    admitted = [threading.Thread(target=post, args=("blocker", chat_body("Count to fifty.", 120, ignore_eos=True)))]
+    admitted[0].start()
+    wait_for(lambda: loads(server.base_url)["num_running_reqs"] == 1, what="blocker running")
+    for i in (1, 2):
+        t = threading.Thread(target=post, args=(f"queued{i}", chat_body(unique_prompt(rng, 5), 4)))
+        t.start()
+        admitted.append(t)
+        wait_for(lambda: loads(server.base_url)["num_waiting_reqs"] == i, what=f"queued{i} waiting")
+
+    # Plain HTTP, non-streaming: a real 429 with Retry-After.
+    r = httpx.post(url, json=chat_body("one too many", 4), timeout=60)
+    assert r.status_code == 429
+    assert r.headers["retry-after"] == "2"
+    assert "max_waiting=2" in r.json()["message"]
+
+    # The real openai client (retries off), streaming and not: RateLimitError with the header.
+    c = client(server.base_url, max_retries=0, timeout=60)
+    for stream in (False, True):
+        with pytest.raises(openai.RateLimitError) as err:
+            resp = c.chat.completions.create(model="default", messages=[{"role": "user", "content": "hi"}],
+                                             max_tokens=4, stream=stream)
+            if stream:
+                list(resp)
+        assert err.value.response.headers["retry-after"] == "2"
+
+    for t in admitted:
+        t.join(timeout=600)
+        assert not t.is_alive(), "an admitted request hung"
+    assert {n: r.status_code for n, r in results.items()} == {"blocker": 200, "queued1": 200, "queued2": 200}
+    assert all(r.json()["choices"][0]["message"]["content"] for r in results.values())
+    load = loads(server.base_url)
+    assert load["num_waiting_reqs"] == 0 and load["num_running_reqs"] == 0
+
+
+def test_sigterm_stops_every_sglang_process_within_15s(server):
+    procs = server.descendants()
+    names = " ".join(p.name() for p in procs)
+    assert len(procs) >= 3, names  # SGLang main, scheduler, detokenizer
+    elapsed = server.stop()
+    assert elapsed < 15, f"shutdown took {elapsed:.1f}s"
+    alive = [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"orphans: {[(p.pid, p.name()) for p in alive]}"
+    assert server.proc.returncode == 0

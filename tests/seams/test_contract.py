@@ -1,0 +1,87 @@
+"""The hook contract: every SGLang symbol the adapter needs is checked at startup."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.seams import sglang_env  # noqa: F401  (installs the sgl_kernel stub)
+
+from sglang.srt.managers import scheduler as sglang_scheduler  # noqa: E402
+
+from compose.config import compose  # noqa: E402
+from server.resolve import resolve  # noqa: E402
+from server.sglang.launch import contract, plugin  # noqa: E402
+from server.sglang.launch import main as launch  # noqa: E402
+from server.sglang.launch.env import PLAN_ENV  # noqa: E402
+
+ADAPTER_DIR = Path(__file__).resolve().parents[1] / "server" / "sglang"
+
+
+def test_installed_sglang_satisfies_the_contract():
+    assert contract.problems() == []
+
+
+def test_every_sglang_symbol_the_adapter_imports_is_in_the_contract():
+    """NOTE: a symbol used by the adapter but not verified would fail silently."""
+    import ast
+    import importlib
+    import types
+
+    listed = {s.path for s in contract.HOOKED_SYMBOLS}
+    covered = listed | {p.rsplit(".", 1)[0] for p in listed}  # a class whose method is listed
+    unlisted = []
+    for path in ADAPTER_DIR.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sglang"):
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    obj = getattr(importlib.import_module(node.module), alias.name)
+                    if isinstance(obj, types.ModuleType):
+                        continue  # attributes used through a module object are listed individually
+                    if full not in covered:
+                        unlisted.append(f"{path.name}: {full}")
+    assert not unlisted, f"SGLang symbols used but not in contract.HOOKED_SYMBOLS: {unlisted}"
+
+
+def plan_file(tmp_path, *overrides):
+    plan = resolve(compose(["server.device=cpu", *overrides])).with_model_path(str(tmp_path))
+    path = tmp_path / "plan.json"
+    path.write_text(plan.to_json())
+    return plan, path
+
+
+def test_missing_hooked_symbol_fails_startup_with_a_clear_message(monkeypatch, tmp_path, capsys):
+    monkeypatch.delattr(sglang_scheduler.Scheduler, "init_schedule_policy")
+    plan, path = plan_file(tmp_path, "+policy=shortest_prefill")
+    with pytest.raises(contract.HookContractError) as err:
+        launch.prepare(plan)
+    message = str(err.value)
+    assert "pinned to sglang==0.5.23" in message
+    assert "sglang.srt.managers.scheduler.Scheduler.init_schedule_policy is missing" in message
+
+    # The SGLang main process exits with the message (status 3) before serving.
+    monkeypatch.setenv(PLAN_ENV, str(path))
+    assert launch.main() == launch.EXIT_CONTRACT
+    assert "init_schedule_policy is missing" in capsys.readouterr().err
+
+    # In every other SGLang process the plugin stops the process: SGLang's plugin
+    # loader swallows Exceptions, so the plugin raises SystemExit.
+    with pytest.raises(SystemExit, match="init_schedule_policy is missing"):
+        plugin.register()
+
+
+def test_changed_signature_is_reported(monkeypatch):
+    def calc_priority(self, waiting_queue):  # lost two parameters
+        return None
+
+    monkeypatch.setattr(sglang_scheduler.SchedulePolicy, "calc_priority", calc_priority)
+    found = contract.problems()
+    assert any("SchedulePolicy.calc_priority has parameters ('self', 'waiting_queue')" in p for p in found)
+
+
+def test_plugin_is_inert_without_a_switchboard_plan(monkeypatch):
+    monkeypatch.delenv(PLAN_ENV, raising=False)
+    monkeypatch.delattr(sglang_scheduler.Scheduler, "init_schedule_policy")
+    plugin.register()  # no plan: nothing verified, nothing installed, no error
