@@ -35,7 +35,16 @@ from policies.cache.lru import LruPolicy
 from policies.feedback import ObservesFinished
 from policies.scheduling import SchedulingPolicy
 
-__all__ = ["CostModel", "SimSettings", "Simulator", "SimulationError", "TimelineSampler",
+#: Where the simulator binds each policy kind (``compose.kinds.KINDS``):
+#: ``module:object`` that hands the kind's policy its views and applies its
+#: decisions. NOTE: a new kind adds its binding here (``docs/adding-a-kind.md``).
+BINDINGS: dict[str, str] = {
+    "policy": "bench.sim.queue:WaitingQueue",
+    "cache": "bench.sim.cache:PrefixCache",
+    "admission": "bench.sim.admission:AdmissionGate",
+}
+
+__all__ = ["BINDINGS", "CostModel", "SimSettings", "Simulator", "SimulationError", "TimelineSampler",
            "build_simulator", "records_of"]
 
 
