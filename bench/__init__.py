@@ -6,26 +6,34 @@ or live against any OpenAI-compatible endpoint (``live.endpoint=...``).
 module                  job
 ======================= ===========================================================
 ``__main__``            the Hydra CLI: ``python -m bench [+policy=...] [trace=...]``
-``config``              compose ``conf/bench.yaml``; typed settings and policies
-``schema``              structured-config schema of the bench groups
-``run``                 one run: load, build, replay, measure, write
-``traces/``             loaders (Mooncake, Azure, Claude Code sessions, ServeGen)
-                        and transforms (window, time scale, surges)
+``config``              compose ``conf/bench.yaml`` through ``compose/`` (the
+                        server's groups and policy specs); typed settings
+``schema``              structured-config schema of the bench's own groups
+``run``                 one run: load, shape, build, replay, measure, write
+``traces/``             loaders (Mooncake, Azure, Claude Code sessions, ServeGen),
+                        transforms (window, time scale, surges) and ``shape``
+                        (lengths scaled for a small model, in both modes)
 ``sim/``                the simulator: scheduler loop, prefill budget, radix
-                        prefix cache, running batch, roofline cost model
+                        prefix cache, running batch, roofline cost model, the
+                        synchronous-forward token clock (``overlap``); binds
+                        each kind (``BINDINGS``); imports nothing of ``live/``
 ``metrics``             pure metric functions over per-request records (TTFT,
                         TPOT, ITL, E2E, goodput, hit rate, windows)
 ``report``              results folder: JSON, markdown, CSV, PNG plots
-``live/``               live replay (prompt synthesis from block hashes, open- and
+``live/``               live replay (prompts from block hashes, open- and
                         closed-loop sender over SGLang's ``bench_serving``
-                        request functions), CPU calibration probes, and
-                        helpers to start a real server (shared with tests)
+                        request functions), CPU calibration probes, the
+                        cost-model fit, a real server as a subprocess (shared
+                        with tests)
 ``leap/``               the LEAP prompt set
-``scripts/``            ``replay_speed``, ``baselines``, ``fairway``,
-                        ``order_overhead``, ``leap_curve``, ``calibrate_cpu``,
-                        ``validate_sim``, ``hf_agreement`` (one table each,
-                        committed ones under ``bench/results/``)
+``scripts/``            one results table each (``python -m bench.scripts.<name>``;
+                        committed tables under ``bench/results/``)
 ======================= ===========================================================
+
+NOTE: ``bench`` imports ``compose`` and ``policies``, never ``server``; the two
+seam benchmarks ``scripts/order_overhead`` and ``scripts/cache_overhead`` are
+the exception, since what they time is the server's SGLang glue itself
+(``tests/config/test_boundaries.py`` holds both rules).
 
 ``metrics`` scores simulated and live records alike.
 """

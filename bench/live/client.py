@@ -45,6 +45,9 @@ def bench_serving() -> Any:
     functions read set once (the CLI normally sets it from its own flags)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # SGLang's import-time notes about CUDA-only kernels
+        # NOTE: the one SGLang import of bench/ outside the seam benchmarks: a live
+        # replay measures with SGLang's own benchmark client, so its TTFT/ITL are
+        # timed exactly as `python -m sglang.bench_serving` times them.
         import sglang.benchmark.serving as bs
     # NOTE: every attribute the two request functions read, with the CLI's
     # defaults except: streaming on, EOS ignored, greedy, cached tokens reported.

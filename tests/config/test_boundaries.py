@@ -1,0 +1,90 @@
+"""Who may import whom: the folder boundaries of docs/lifecycle.md, read from the code.
+
+Every ``import`` statement counts, at any depth (a lazy import inside a function
+is still a dependency), unless a rule says "top level".
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+#: bench/ modules that may import server/ and SGLang: they time the server's
+#: SGLang seams against SGLang's own classes, in one process.
+SEAM_BENCHMARKS = {"bench/scripts/order_overhead.py", "bench/scripts/cache_overhead.py"}
+#: bench/ modules that may import SGLang: the live replay times requests with
+#: SGLang's own benchmark client (``sglang.benchmark.serving``).
+SGLANG_CLIENTS = {"bench/live/client.py"}
+
+
+def imports(path: Path, top_level_only: bool = False) -> set[str]:
+    """Top-level package names ``path`` imports (absolute imports only)."""
+    tree = ast.parse(path.read_text())
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    found: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def modules(folder: str) -> list[Path]:
+    return sorted((REPO / folder).rglob("*.py"))
+
+
+def rel(path: Path) -> str:
+    return path.relative_to(REPO).as_posix()
+
+
+def offenders(folder: str, banned: set[str], allowed: frozenset[str] = frozenset(),
+              top_level_only: bool = False) -> list[str]:
+    return [f"{rel(p)} imports {sorted(imports(p, top_level_only) & banned)}"
+            for p in modules(folder)
+            if rel(p) not in allowed and imports(p, top_level_only) & banned]
+
+
+def test_policies_are_pure():
+    assert not offenders("policies", {"torch", "sglang", "compose", "server", "bench", "radix",
+                                      "hydra", "omegaconf", "time", "os", "random"})
+
+
+def test_compose_imports_neither_host():
+    assert not offenders("compose", {"server", "bench", "sglang"})
+    # NOTE: the model cache converts with torch/transformers, imported lazily
+    assert not offenders("compose", {"torch", "transformers"}, top_level_only=True)
+
+
+def test_bench_never_imports_server_but_the_seam_benchmarks():
+    assert not offenders("bench", {"server"}, allowed=frozenset(SEAM_BENCHMARKS))
+
+
+def test_sglang_is_imported_only_by_its_glue():
+    for folder in ("policies", "compose", "bench", "kernels"):
+        assert not offenders(folder, {"sglang", "sgl_kernel"},
+                             allowed=frozenset(SEAM_BENCHMARKS | SGLANG_CLIENTS)), folder
+    outside_glue = [p for p in modules("server") if not rel(p).startswith("server/sglang/")]
+    assert not [rel(p) for p in outside_glue if imports(p) & {"sglang", "sgl_kernel"}]
+
+
+def test_the_simulator_does_not_import_the_live_harness():
+    bad = []
+    for p in modules("bench/sim"):
+        tree = ast.parse(p.read_text())
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            bad += [f"{rel(p)}: {n}" for n in names if n.startswith("bench.live")]
+    assert not bad
+
+
+@pytest.mark.parametrize("folder", ["radix"])
+def test_the_gap_tree_is_pure(folder):
+    if not (REPO / folder).is_dir():
+        pytest.skip(f"no {folder}/ yet")
+    assert not offenders(folder, {"torch", "sglang", "compose", "server", "bench"})

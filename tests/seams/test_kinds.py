@@ -1,0 +1,64 @@
+"""The kinds registry is complete: every kind has all of its parts and both hosts bind it.
+
+Adding a kind is ``docs/adding-a-kind.md``; this test fails until every step is done.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+from typing import Any
+
+import pytest
+
+from tests.seams import sglang_env  # noqa: F401  (installs the sgl_kernel stub)
+
+import bench.sim  # noqa: E402
+import server.sglang  # noqa: E402
+from compose.config import CONF_DIR, compose, group_options  # noqa: E402
+from compose.kinds import KINDS, Kind  # noqa: E402
+from compose.specs import build_policy, specs_from_config  # noqa: E402
+
+HOSTS = {"server": server.sglang.BINDINGS, "simulator": bench.sim.BINDINGS}
+
+
+def resolve(target: str) -> Any:
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.group)
+def test_every_kind_has_its_package_protocol_needs_and_options(kind: Kind):
+    protocol = kind.protocol_class()
+    assert getattr(protocol, "_is_protocol", False) and getattr(protocol, "_is_runtime_protocol", False), \
+        f"{kind.protocol} must be a runtime-checkable Protocol"
+    assert protocol.__doc__, f"{kind.protocol} needs its contract in a docstring"
+    assert "needs" in protocol.__annotations__, f"{kind.protocol} must declare `needs`"
+    needs = kind.needs_class()
+    assert dataclasses.is_dataclass(needs) and needs.__dataclass_params__.frozen, \
+        f"{kind.needs} must be a frozen dataclass"
+    assert needs() is not None, f"{kind.needs} must have defaults for every field"
+    assert (CONF_DIR / kind.group).is_dir(), f"no conf/{kind.group}/"
+    assert group_options(kind.group), f"conf/{kind.group}/ has no option"
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.group)
+def test_every_option_builds_a_policy_of_its_kind_with_its_needs(kind: Kind):
+    for option in group_options(kind.group):
+        spec = specs_from_config(compose([f"+{kind.group}={option}"]))[kind.group]
+        module = spec.target.rpartition(".")[0]
+        assert module == f"policies.{kind.package}.{option.replace('-', '_')}", \
+            f"conf/{kind.group}/{option}.yaml must name policies/{kind.package}/{option}.py"
+        policy = build_policy(spec)
+        assert isinstance(policy, kind.protocol_class())
+        assert isinstance(policy.needs, kind.needs_class()), f"{spec.target}.needs"
+
+
+@pytest.mark.parametrize("host", sorted(HOSTS))
+def test_both_hosts_bind_every_kind_and_nothing_else(host: str):
+    bindings = HOSTS[host]
+    assert set(bindings) == {k.group for k in KINDS}, f"{host}: bindings {sorted(bindings)}"
+    for group, target in bindings.items():
+        obj = resolve(target)
+        assert inspect.isclass(obj) or callable(obj), f"{host} binding of {group}: {target}"
