@@ -3,17 +3,25 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.switchboard-installed
-# Extra arguments: `make serve ARGS="+policy=shortest_prefill"`, `make test ARGS="-k config"`.
+# Extra arguments: `make serve ARGS="+policy=shortest_prefill"`, `make test ARGS="-k config"`
+# (for `test` they go to pytest only, not to the lint step).
 ARGS   ?=
 
-.PHONY: serve test install lock clean-venv
+.PHONY: serve test lint install lock clean-venv
 
 serve: $(STAMP)
 	$(PY) -m server $(ARGS)
 
+# Lint (ruff: rules, import order) and type checks (mypy: the files in pyproject.toml's
+# [tool.mypy]); configured in pyproject.toml.
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+
+# `make test` lints first: a lint or type error stops it before pytest.
 # NOTE: the CPU model runs with one OpenMP thread in tests: two threads are slower
 # when the other core is busy with the test client and the HF reference.
-test: $(STAMP)
+test: lint
 	OMP_NUM_THREADS=1 $(PY) -m pytest $(ARGS)
 
 install: $(STAMP)

@@ -10,14 +10,23 @@ choosing simulator policies for it is a config error.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from bench.schema import (AcceleratorConfig, LiveConfig, MetricsConfig, ModelProfileConfig,
-                          OutputConfig, SimConfig, TraceConfig, register_bench_schemas)
+from bench.schema import (
+    AcceleratorConfig,
+    LiveConfig,
+    MetricsConfig,
+    ModelProfileConfig,
+    OutputConfig,
+    SimConfig,
+    TraceConfig,
+    register_bench_schemas,
+)
 from bench.traces.paths import resolve_data_root
 from compose.config import ConfigError, compose, one_line
 from compose.specs import PolicySpec, build_policy, describe_policies, specs_from_config
@@ -61,7 +70,7 @@ class BenchSettings:
         """Whether this run replays against a real server."""
         return self.live.endpoint is not None
 
-    def build(self, group: str) -> Optional[Any]:
+    def build(self, group: str) -> Any | None:
         """The policy object chosen for ``group``, or None."""
         spec = self.policies.get(group)
         return build_policy(spec) if spec is not None else None

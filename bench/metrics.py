@@ -21,8 +21,8 @@ the same numbers. Definitions:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
 
 import numpy as np
 
@@ -40,30 +40,30 @@ class RequestRecord:
     input_tokens: int
     output_tokens: int
     """Tokens generated."""
-    cached_tokens: Optional[int] = None
+    cached_tokens: int | None = None
     """Prompt tokens served from the prefix cache at the first prefill (None: never prefilled)."""
     prefill_tokens: int = 0
     """Tokens prefilled in total (retraction recompute included)."""
-    first_token_s: Optional[float] = None
-    finish_s: Optional[float] = None
-    token_times: Optional[np.ndarray] = field(default=None, compare=False)
+    first_token_s: float | None = None
+    finish_s: float | None = None
+    token_times: np.ndarray | None = field(default=None, compare=False)
     """Time of every output token, when known."""
     retractions: int = 0
-    session_id: Optional[str] = None
+    session_id: str | None = None
     reason: str = ""
 
     @property
-    def ttft(self) -> Optional[float]:
+    def ttft(self) -> float | None:
         return None if self.first_token_s is None else self.first_token_s - self.arrival_s
 
     @property
-    def e2e(self) -> Optional[float]:
+    def e2e(self) -> float | None:
         if self.status != "finished" or self.finish_s is None:
             return None
         return self.finish_s - self.arrival_s
 
     @property
-    def tpot(self) -> Optional[float]:
+    def tpot(self) -> float | None:
         if self.status != "finished" or self.output_tokens < 2 or self.first_token_s is None \
                 or self.finish_s is None:
             return None
@@ -98,12 +98,12 @@ class Timeline:
     capacity: int
 
 
-def stats(values: Sequence[float]) -> dict[str, Optional[float]]:
+def stats(values: Sequence[float]) -> dict[str, float | None]:
     """``mean`` and p50/p90/p99 of ``values`` (None when empty)."""
     if len(values) == 0:
         return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
     arr = np.asarray(values, dtype=float)
-    out: dict[str, Optional[float]] = {"mean": float(arr.mean())}
+    out: dict[str, float | None] = {"mean": float(arr.mean())}
     for p, v in zip(PERCENTILES, np.percentile(arr, PERCENTILES)):
         out[f"p{p}"] = float(v)
     return out
@@ -124,7 +124,7 @@ def itl_values(records: Sequence[RequestRecord]) -> np.ndarray:
     return np.concatenate(gaps) if gaps else np.empty(0)
 
 
-def hit_rate(records: Sequence[RequestRecord]) -> Optional[float]:
+def hit_rate(records: Sequence[RequestRecord]) -> float | None:
     """Token-weighted prefix hit rate over requests that were prefilled."""
     cached = sum(r.cached_tokens for r in records if r.cached_tokens is not None)
     total = sum(r.input_tokens for r in records if r.cached_tokens is not None)
@@ -141,7 +141,7 @@ def span(records: Sequence[RequestRecord]) -> float:
 
 
 def summarize(records: Sequence[RequestRecord], slo: Slo,
-              timeline: Optional[Timeline] = None) -> dict:
+              timeline: Timeline | None = None) -> dict:
     """Every metric of a run (see module docs)."""
     done = [r for r in records if r.status == "finished"]
     seconds = span(records)
@@ -173,7 +173,7 @@ def summarize(records: Sequence[RequestRecord], slo: Slo,
 
 
 def windows(records: Sequence[RequestRecord], slo: Slo, window_s: float,
-            timeline: Optional[Timeline] = None) -> list[dict]:
+            timeline: Timeline | None = None) -> list[dict]:
     """Per time window of width ``window_s``: the same metrics, by arrival time."""
     if not records or window_s <= 0:
         return []

@@ -16,8 +16,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -44,7 +45,7 @@ SUMMARY_ROWS = (
 )
 
 
-def fmt(value: Optional[float], scale: float = 1.0, unit: str = "") -> str:
+def fmt(value: float | None, scale: float = 1.0, unit: str = "") -> str:
     """A table cell: scaled, rounded to a readable precision, with its unit."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -53,7 +54,7 @@ def fmt(value: Optional[float], scale: float = 1.0, unit: str = "") -> str:
     return f"{text} {unit}".strip()
 
 
-def summary_cell(summary: dict, key: Optional[str], sub: Optional[str], scale: float, unit: str) -> str:
+def summary_cell(summary: dict, key: str | None, sub: str | None, scale: float, unit: str) -> str:
     """One metric of a ``summarize`` result as a table cell."""
     if key is None:
         return f"{summary['rejected']} / {summary['aborted']}"
@@ -141,7 +142,7 @@ def write_requests_csv(path: Path, records: Sequence[RequestRecord]) -> None:
                         r.reason])
 
 
-def _opt(v: Optional[float]) -> str:
+def _opt(v: float | None) -> str:
     return "" if v is None else f"{v:.6f}"
 
 

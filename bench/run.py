@@ -11,15 +11,15 @@ import logging
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from bench.config import BenchSettings
-from bench.sim.overlap import IterationLog, client_visible
-from bench.traces.shape import Shape, ShapedTrace, ShapeError, shape_trace
 from bench.metrics import RequestRecord, Slo, Timeline, summarize, windows
 from bench.report import write_results
 from bench.sim import CostModel, SimSettings, TimelineSampler, build_simulator, records_of
+from bench.sim.overlap import IterationLog, client_visible
 from bench.traces import Trace, load_trace
+from bench.traces.shape import Shape, ShapedTrace, ShapeError, shape_trace
 from compose.config import ConfigError
 
 log = logging.getLogger("switchboard.bench")
@@ -55,7 +55,7 @@ def shape_of(settings: BenchSettings) -> Shape:
     return Shape(live.input_scale, live.output_scale, live.max_input_tokens, live.max_output_tokens)
 
 
-def prepare_trace(settings: BenchSettings, sim_settings: SimSettings) -> tuple[Trace, Optional[ShapedTrace]]:
+def prepare_trace(settings: BenchSettings, sim_settings: SimSettings) -> tuple[Trace, ShapedTrace | None]:
     """The trace to replay: loaded, windowed, time-scaled, then shaped (``live.*``)
     unless this is a simulation with the identity shape (replayed as loaded).
     Raises ``ConfigError`` for a scale the trace's blocks cannot take."""
@@ -74,8 +74,8 @@ def prepare_trace(settings: BenchSettings, sim_settings: SimSettings) -> tuple[T
     return shaped.trace, shaped
 
 
-def run_bench(settings: BenchSettings, out_dir: Optional[Path] = None,
-              progress: Optional[bool] = None) -> dict[str, Any]:
+def run_bench(settings: BenchSettings, out_dir: Path | None = None,
+              progress: bool | None = None) -> dict[str, Any]:
     """Replay ``settings.trace`` and return (and, with ``out_dir``, write) the results."""
     t0 = time.perf_counter()
     cost = CostModel(settings.accelerator, settings.model_profile)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -55,7 +55,7 @@ class ClaudeCodeConfig:
 
     session_rate: float = 0.05
     """New sessions per second (seeded Poisson starts; turns are closed-loop)."""
-    max_sessions: Optional[int] = None
+    max_sessions: int | None = None
     """Replay only the first N sessions (file-name order); null = all."""
     include_subagents: bool = True
     """Replay sub-agent requests (they share the session's cache namespace)."""
@@ -78,7 +78,7 @@ class ServeGenConfig:
     """ServeGen category folder (language, reason, multimodal)."""
     model: str = "m-small"
     """Model folder inside the category (needs dataset files: m-small, deepseek-r1)."""
-    clients: Optional[List[int]] = None
+    clients: list[int] | None = None
     """Client (chunk) ids to include; null = every client with a dataset."""
     start_s: float = 0.0
     """Offset into ServeGen's time series (s; 86400 per day)."""
@@ -101,11 +101,11 @@ class TraceConfig:
     """File or folder, absolute or relative to the data root."""
     window_start_s: float = 0.0
     """Keep requests/sessions starting at or after this loader time (s)."""
-    window_end_s: Optional[float] = None
+    window_end_s: float | None = None
     """... and before this one; null = to the end."""
     time_scale: float = 1.0
     """Multiply arrival and think times (0.5 doubles the request rate)."""
-    surges: List[SurgeConfig] = field(default_factory=list)
+    surges: list[SurgeConfig] = field(default_factory=list)
     """Rate surges, applied after windowing and scaling."""
     seed: int = 0
     """Seed of every random choice the loader and transforms make."""
@@ -153,7 +153,7 @@ class AcceleratorConfig:
     """True: compute and memory traffic overlap, an iteration takes the larger
     of the two (the roofline). False: they add (one CPU core packs and streams
     the weights, then computes)."""
-    kv_bandwidth_efficiency: Optional[float] = None
+    kv_bandwidth_efficiency: float | None = None
     """Share of peak bandwidth KV-cache traffic reaches; null = ``bandwidth_efficiency``
     (on CPU the per-request gather and GQA copies make it far lower)."""
     synchronous_forward: bool = False
@@ -165,7 +165,7 @@ class AcceleratorConfig:
     """SGLang's share of memory for weights + KV pool (the rest: activations)."""
     chunked_prefill_size: int = 8192
     """SGLang's default ``--chunked-prefill-size`` on this device."""
-    max_total_tokens: Optional[int] = None
+    max_total_tokens: int | None = None
     """Fixed KV pool size when the deployment sets ``--max-total-tokens``."""
 
 
@@ -195,15 +195,15 @@ class ModelProfileConfig:
 class SimConfig:
     """SGLang scheduler settings the simulator mirrors (defaults: SGLang's)."""
 
-    max_total_tokens: Optional[int] = None
+    max_total_tokens: int | None = None
     """KV pool size in tokens; null = from accelerator memory and the model."""
-    chunked_prefill_size: Optional[int] = None
+    chunked_prefill_size: int | None = None
     """Chunk budget per prefill pass; null = the accelerator's default, <= 0 = off."""
     max_prefill_tokens: int = 16384
     """Prefill tokens per pass (SGLang ``--max-prefill-tokens``)."""
-    max_running_requests: Optional[int] = None
+    max_running_requests: int | None = None
     """Request slots; null = SGLang's rule from the pool size and context length."""
-    prefill_max_requests: Optional[int] = None
+    prefill_max_requests: int | None = None
     """Most requests per prefill batch (SGLang ``--prefill-max-requests``)."""
     ignore_eos: bool = True
     """Requests always generate their full ``output_tokens`` (as replayed)."""
@@ -227,7 +227,7 @@ class SimConfig:
     drain_timeout_s: float = 600.0
     """With only deferred requests left and no arrival to come, give up on them
     this long after the last arrival or forward pass (they end ``unserved``)."""
-    length_signal_log_std: Optional[float] = None
+    length_signal_log_std: float | None = None
     """Give each request a one-number feature, ``log(1+output) + N(mean, std)``,
     standing in for LEAP's hidden state (bench/sim/signal.py); null = no features.
     Use the live head's measured ``log_error_std`` with ``policy.feature_dim=1``."""
@@ -262,7 +262,7 @@ class LiveConfig:
     default, the trace is replayed unchanged, as before.
     """
 
-    endpoint: Optional[str] = None
+    endpoint: str | None = None
     """Base URL of the server (``http://127.0.0.1:30000``); null = simulate."""
     api: LiveApi = LiveApi.completions
     """Endpoint kind (see ``LiveApi``)."""
@@ -274,13 +274,13 @@ class LiveConfig:
     scale must be a whole number."""
     output_scale: float = 1.0
     """Multiply output lengths."""
-    max_input_tokens: Optional[int] = None
+    max_input_tokens: int | None = None
     """Cut longer (scaled) prompts to this many tokens, keeping their leading blocks."""
-    max_output_tokens: Optional[int] = None
+    max_output_tokens: int | None = None
     """Cap (scaled) output lengths."""
     token_id_low: int = 17
     """Lowest prompt token id (SmolLM2's special tokens are ids 0-16)."""
-    token_id_high: Optional[int] = None
+    token_id_high: int | None = None
     """One past the highest prompt token id; null = ``model_profile.vocab_size``
     (set it below special tokens at the top of a vocabulary: 128000 for Llama 3)."""
     seed: int = 0
@@ -288,7 +288,7 @@ class LiveConfig:
     keep_special_tokens: bool = True
     """Send ``skip_special_tokens: false`` (SGLang and vLLM read it) so every
     generated token streams as text and is timed; false for a strict OpenAI server."""
-    extra_body: Dict[str, Any] = field(default_factory=dict)
+    extra_body: dict[str, Any] = field(default_factory=dict)
     """Extra sampling fields: request-body fields for ``completions``,
     ``sampling_params`` for ``generate``."""
     warmup_requests: int = 2

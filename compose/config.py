@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import fields, is_dataclass
 from pathlib import Path
-from typing import Sequence
 
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
@@ -50,8 +50,9 @@ def group_options(group: str) -> list[str]:
 def one_line(exc: BaseException) -> str:
     """A one-line description of a Hydra/OmegaConf composition error."""
     cause = exc if isinstance(exc, OmegaConfBaseException) else exc.__cause__
-    if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
-        key = cause.full_key
+    full_key: str | None = getattr(cause, "full_key", None)
+    if isinstance(cause, OmegaConfBaseException) and full_key:
+        key = full_key
         if isinstance(cause, (ConfigKeyError, ConfigAttributeError)):
             moved = moved_key_message(key)
             if moved is not None:

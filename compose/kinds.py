@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any
 
 from compose.schema import CacheHostConfig
 
@@ -29,17 +29,17 @@ class Kind:
     """Name of the Protocol class in that package."""
     needs: str
     """Name of the frozen Needs dataclass in that package (a policy's ``needs``)."""
-    host_settings: Optional[type] = None
+    host_settings: type | None = None
     """Dataclass of the host settings that share the group (``None``: none)."""
 
-    def protocol_class(self) -> type:
+    def protocol_class(self) -> type[Any]:
         """The kind's Protocol class."""
-        cls: type = getattr(importlib.import_module(f"policies.{self.package}"), self.protocol)
+        cls: type[Any] = getattr(importlib.import_module(f"policies.{self.package}"), self.protocol)
         return cls
 
-    def needs_class(self) -> type:
+    def needs_class(self) -> type[Any]:
         """The kind's Needs dataclass."""
-        cls: type = getattr(importlib.import_module(f"policies.{self.package}"), self.needs)
+        cls: type[Any] = getattr(importlib.import_module(f"policies.{self.package}"), self.needs)
         return cls
 
 

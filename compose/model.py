@@ -27,9 +27,9 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from compose.schema import ModelSource
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
@@ -57,7 +57,7 @@ class ModelConfig:
 
     name: str = "SmolLM2-135M-Instruct"
     """Name the OpenAI API reports (SGLang ``--served-model-name``)."""
-    path: Optional[str] = None
+    path: str | None = None
     """A local Hugging Face checkpoint directory; when null, the checkpoint is
     built from ``source`` into the cache directory."""
     dtype: DType = DType.auto
@@ -82,9 +82,9 @@ class ServerConfig:
     """Log level of Switchboard and SGLang."""
     shutdown_grace_s: float = 10.0
     """After Ctrl-C/SIGTERM, seconds SGLang gets to exit before it is killed."""
-    cpu_sglang: Dict[str, Any] = field(default_factory=dict)
+    cpu_sglang: dict[str, Any] = field(default_factory=dict)
     """SGLang settings applied only on CPU, under any ``sglang.*`` you set."""
-    feedback_log: Optional[str] = None
+    feedback_log: str | None = None
     """JSONL file the scheduler appends every finished request to, as the
     policies saw it (captured features and a length predictor's prediction
     included); null = no log."""
@@ -115,7 +115,7 @@ MOVED_KEYS: dict[str, tuple[str, str]] = {
 }
 
 
-def moved_key_message(key: str) -> Optional[str]:
+def moved_key_message(key: str) -> str | None:
     """The one-line error for a key that moved, or ``None``."""
     moved = MOVED_KEYS.get(key)
     if moved is None:

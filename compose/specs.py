@@ -13,8 +13,9 @@ import dataclasses
 import importlib
 import inspect
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any
 
 import pydantic
 from omegaconf import DictConfig, OmegaConf
@@ -43,7 +44,7 @@ class PolicySpec:
                 "host": dict(self.host)}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "PolicySpec":
+    def from_json(cls, data: Mapping[str, Any]) -> PolicySpec:
         return cls(data["group"], data["target"], dict(data.get("params", {})),
                    dict(data.get("host", {})))
 
@@ -63,14 +64,16 @@ def specs_from_config(cfg: DictConfig) -> dict[str, PolicySpec]:
         data = OmegaConf.to_container(node, resolve=True)
         if not isinstance(data, dict) or "_target_" not in data:
             raise ConfigError(f"'{kind.group}' must name a class with _target_")
-        target = str(data.pop("_target_"))
-        spec = PolicySpec(kind.group, target, data, _host_settings(kind.group, kind.host_settings, data))
+        # a group's node is a YAML mapping of parameter names: its keys are strings
+        params = typing.cast(dict[str, Any], data)
+        target = str(params.pop("_target_"))
+        spec = PolicySpec(kind.group, target, params, _host_settings(kind.group, kind.host_settings, params))
         build_policy(spec)  # NOTE: validates types and the Protocol at startup
         specs[kind.group] = spec
     return specs
 
 
-def _host_settings(group: str, schema: Optional[type], data: dict[str, Any]) -> dict[str, Any]:
+def _host_settings(group: str, schema: type | None, data: dict[str, Any]) -> dict[str, Any]:
     """Take the host settings out of ``data`` (a group's node), validated by
     ``schema``; what stays are the policy's parameters."""
     for key in list(data):
@@ -99,7 +102,7 @@ def _validated(group: str, name: str, hint: Any, value: Any) -> Any:
         raise ConfigError(f"invalid value for '{group}.{name}': {msg} (got {value!r})") from None
 
 
-def policy_class(spec: PolicySpec) -> type:
+def policy_class(spec: PolicySpec) -> type[Any]:
     """Import the class a spec names, checking it belongs to its kind."""
     kind = KIND_BY_GROUP.get(spec.group)
     if kind is None:
@@ -110,9 +113,10 @@ def policy_class(spec: PolicySpec) -> type:
             f"{spec.group}._target_: {spec.target} is not a policies.{kind.package} class"
         )
     try:
-        return getattr(importlib.import_module(module_name), cls_name)
+        cls: type[Any] = getattr(importlib.import_module(module_name), cls_name)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"{spec.group}._target_: cannot import {spec.target}: {exc}") from exc
+    return cls
 
 
 def build_policy(spec: PolicySpec) -> Any:
@@ -132,7 +136,7 @@ def build_policy(spec: PolicySpec) -> Any:
     return obj
 
 
-def _validated_params(spec: PolicySpec, cls: type) -> dict[str, Any]:
+def _validated_params(spec: PolicySpec, cls: type[Any]) -> dict[str, Any]:
     sig = inspect.signature(cls)
     hints = typing.get_type_hints(cls.__init__) if cls.__init__ is not object.__init__ else {}
     out: dict[str, Any] = {}

@@ -33,8 +33,8 @@ def _fail(message: str) -> None:
 def run(cfg: DictConfig) -> int:
     """Resolve ``cfg``, materialize the model, and supervise SGLang."""
     from compose.model import ModelCacheError, ensure_default_model
-    from server.resolve import describe, resolve
     from compose.schema import ModelSource
+    from server.resolve import describe, resolve
     from server.supervisor import supervise
 
     logging.basicConfig(level=cfg.server.log_level.upper(),

@@ -12,8 +12,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from compose.config import ConfigError
-from compose.specs import PolicySpec, describe_policies, specs_from_config
 from compose.schema import Device, DType
+from compose.specs import PolicySpec, describe_policies, specs_from_config
 
 log = logging.getLogger("switchboard")
 
@@ -50,7 +50,7 @@ class LaunchPlan:
     feedback_log: str | None = None
     """``server.feedback_log``, made absolute."""
 
-    def with_model_path(self, path: str) -> "LaunchPlan":
+    def with_model_path(self, path: str) -> LaunchPlan:
         return dataclasses.replace(self, model_path=path, sglang=dict(self.sglang, model_path=path),
                                    default_model=None)
 
@@ -60,7 +60,7 @@ class LaunchPlan:
         return json.dumps(data, indent=1, default=str)
 
     @classmethod
-    def from_json(cls, text: str) -> "LaunchPlan":
+    def from_json(cls, text: str) -> LaunchPlan:
         data = json.loads(text)
         data["policies"] = {g: PolicySpec.from_json(s) for g, s in data["policies"].items()}
         return cls(**data)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -70,7 +70,7 @@ class Endpoint:
     extra_body: dict = field(default_factory=dict)
 
     @classmethod
-    def of(cls, live: LiveConfig) -> "Endpoint":
+    def of(cls, live: LiveConfig) -> Endpoint:
         assert live.endpoint is not None
         return cls(live.endpoint.rstrip("/"), LiveApi(live.api), live.model,
                    live.keep_special_tokens, dict(live.extra_body))
@@ -99,7 +99,7 @@ class Endpoint:
 class Client:
     """Sends one prompt through bench_serving's request function for the endpoint."""
 
-    def __init__(self, endpoint: Endpoint, module: Optional[Any] = None) -> None:
+    def __init__(self, endpoint: Endpoint, module: Any | None = None) -> None:
         self.endpoint = endpoint
         bs = module if module is not None else bench_serving()
         self._input = bs.RequestFuncInput

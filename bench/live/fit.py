@@ -12,8 +12,9 @@ Peak FLOP/s and bandwidth stay as configured: only their efficiencies (at most
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -56,7 +57,7 @@ class Form:
     fixed: dict[str, Any] = field(default_factory=dict)
     doc: str = ""
 
-    def without(self, name: str) -> "Form":
+    def without(self, name: str) -> Form:
         """This form with ``name`` kept as configured rather than fitted."""
         return replace(self, free=tuple(k for k in self.free if k != name))
 
@@ -110,7 +111,7 @@ def _is_efficiency(name: str) -> bool:
     return name.endswith(("_mfu", "_efficiency"))
 
 
-def at_bound(fitted: "Fit") -> list[str]:
+def at_bound(fitted: Fit) -> list[str]:
     """Efficiencies the fit pushed to 1 (their peak is likely set too low)."""
     return [k for k, v in fitted.params().items() if _is_efficiency(k) and v is not None and v > 0.999]
 

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import time
 from array import array
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import httpx
 import numpy as np
@@ -37,7 +37,7 @@ class LoadSampler:
         self.clock = clock
         self.capacity = 0
         self._rows = array("d")
-        self.error: Optional[str] = None
+        self.error: str | None = None
         """Why sampling stopped early (no ``/v1/loads``, connection lost)."""
 
     async def run(self, t0: float, stop: asyncio.Event) -> None:
@@ -61,7 +61,7 @@ class LoadSampler:
                     return
                 try:
                     await asyncio.wait_for(stop.wait(), self.interval_s)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
 
     def _add(self, t: float, loads: list[dict]) -> None:

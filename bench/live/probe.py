@@ -25,7 +25,7 @@ import itertools
 import secrets
 import statistics
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import httpx
 import numpy as np
@@ -59,7 +59,7 @@ class Probe:
     """Measures one server's forward passes (see module docs)."""
 
     def __init__(self, base_url: str, token_id_high: int, token_id_low: int = 17,
-                 seed: Optional[int] = None) -> None:
+                 seed: int | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.client = Client(Endpoint(self.base_url, LiveApi.generate, keep_special_tokens=True))
         # NOTE: a fresh seed per probe by default: a server that served an earlier
@@ -80,7 +80,7 @@ class Probe:
                              f"{last_line(out.error)}")
         return out
 
-    async def loads(self) -> Optional[dict]:
+    async def loads(self) -> dict | None:
         """Rank-summed ``/v1/loads`` counters (as of SGLang's last published
         snapshot), or None where the server has none."""
         async with httpx.AsyncClient(timeout=10) as http:
@@ -92,11 +92,11 @@ class Probe:
                 return None
         return {"total_prefill_busy_us": sum(int(x.get("total_prefill_busy_us", 0)) for x in loads)}
 
-    async def prefill_busy_s(self) -> Optional[float]:
+    async def prefill_busy_s(self) -> float | None:
         loads = await self.loads()
         return None if loads is None else loads["total_prefill_busy_us"] / 1e6
 
-    async def prefill(self, n: int) -> tuple[float, Optional[float]]:
+    async def prefill(self, n: int) -> tuple[float, float | None]:
         """``(client TTFT, server prefill busy time or None)`` of one fresh ``n``-token prompt."""
         before = await self.prefill_busy_s()
         out = await self.send(self.fresh_prompt(n), 1)
@@ -108,7 +108,7 @@ class Probe:
         """Client TTFT of one fresh ``n``-token prompt generating ``max_tokens``."""
         return (await self.send(self.fresh_prompt(n), max_tokens)).ttft
 
-    async def prefill_batch(self, k: int, n: int, blocker: int) -> Optional[float]:
+    async def prefill_batch(self, k: int, n: int, blocker: int) -> float | None:
         """Server time of one prefill batch of ``k`` fresh ``n``-token prompts, or
         None when the server reports no busy time."""
         alone = await self.prefill(blocker)

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import httpx
 import numpy as np
@@ -148,7 +148,7 @@ async def warm_up(client: Client, synth: PromptSynth, n: int) -> None:
                                   f"{last_line(out.error)}")
 
 
-def flush_cache(base_url: str) -> Optional[bool]:
+def flush_cache(base_url: str) -> bool | None:
     """Empty the server's prefix cache (SGLang ``POST /flush_cache``, through
     bench_serving); False with a warning where that fails."""
     from bench.live.client import bench_serving
@@ -162,7 +162,7 @@ def flush_cache(base_url: str) -> Optional[bool]:
     return True
 
 
-def _progress_bar(total: int, enabled: bool, desc: str) -> Optional[Any]:
+def _progress_bar(total: int, enabled: bool, desc: str) -> Any | None:
     if not enabled:
         return None
     from tqdm import tqdm

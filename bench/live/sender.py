@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any
 
 from bench.traces.trace import Trace, TraceRequest
 
@@ -46,7 +47,7 @@ class Sender:
 
     def __init__(self, trace: Trace, send: SendFn, *, timeout_s: float = float("inf"),
                  clock: Callable[[], float] = time.perf_counter,
-                 on_done: Optional[Callable[[Sent], None]] = None) -> None:
+                 on_done: Callable[[Sent], None] | None = None) -> None:
         self.trace = trace
         self.send = send
         self.timeout_s = timeout_s
@@ -64,7 +65,7 @@ class Sender:
         """Seconds since the origin."""
         return self.clock() - self.t0
 
-    async def run(self, t0: Optional[float] = None) -> list[Sent]:
+    async def run(self, t0: float | None = None) -> list[Sent]:
         """Send every request; return them all in completion order. ``t0``
         (default: now) is the origin on ``clock``."""
         self.t0 = self.clock() if t0 is None else t0
@@ -97,7 +98,7 @@ class Sender:
         try:
             limit = None if self.timeout_s == float("inf") else self.timeout_s
             outcome = await asyncio.wait_for(self.send(r), limit)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             error = f"no answer within {self.timeout_s:g} s (client timeout)"
         except Exception as exc:  # NOTE: one failing request must not end the replay
             error = f"{type(exc).__name__}: {exc}"

@@ -38,7 +38,7 @@ class ServerProcess:
         self.proc: subprocess.Popen | None = None
         self.base_url = f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> "ServerProcess":
+    def start(self, timeout: float = START_TIMEOUT_S) -> ServerProcess:
         env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), PYTHONUNBUFFERED="1")
         self._log = self.log_path.open("w")
         self.proc = subprocess.Popen([sys.executable, "-m", "server", *self.overrides],
@@ -85,7 +85,7 @@ class ServerProcess:
         self._log.close()
         return time.monotonic() - t0
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

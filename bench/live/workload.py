@@ -17,7 +17,6 @@ a token depends only on the seed, its block (or request) and its position.
 from __future__ import annotations
 
 import hashlib
-from typing import Optional
 
 import numpy as np
 
@@ -60,7 +59,7 @@ class PromptSynth:
             h = _splitmix(_splitmix(keys ^ self._seed) + positions.astype(np.uint64))
         return self.low + (h % np.uint64(self.span)).astype(np.int64)
 
-    def block(self, block_id: int, n: Optional[int] = None) -> np.ndarray:
+    def block(self, block_id: int, n: int | None = None) -> np.ndarray:
         """The first ``n`` (default: all) tokens of block ``block_id``."""
         n = self.block_size if n is None else n
         return self._tokens(np.full(n, block_id, dtype=np.uint64), np.arange(n))

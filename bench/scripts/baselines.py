@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from bench.config import compose_bench, resolve_bench
 from bench.report import fmt
@@ -76,7 +76,7 @@ def render(sections) -> str:
         "# Baseline scheduling policies (simulated)",
         "",
         f"Produced by `python -m bench.scripts.baselines` at commit {git_commit()} "
-        f"({datetime.now(timezone.utc):%Y-%m-%d}). One H100 (80 GB) with Llama-3.1-8B "
+        f"({datetime.now(UTC):%Y-%m-%d}). One H100 (80 GB) with Llama-3.1-8B "
         "(`conf/accelerator/h100.yaml`, `conf/model_profile/llama-3.1-8b.yaml`: a roofline "
         "cost model with uncalibrated efficiencies, so compare rows, not absolute numbers). "
         "Eviction: SGLang's LRU; no admission policy. "

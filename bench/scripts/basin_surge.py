@@ -30,9 +30,9 @@ import argparse
 import json
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from bench.config import compose_bench, resolve_bench
 from bench.run import run_bench
@@ -42,7 +42,7 @@ WINDOW_S = 300.0
 RECOVERY = 0.95
 COMMON = ("accelerator=h100", "model_profile=llama-3.1-8b", f"metrics.window_s={WINDOW_S:g}",
           "output.progress=false", "output.requests_csv=false", "output.plots=false")
-ADMISSIONS: tuple[Optional[str], ...] = (None, "max_queue", "basin")
+ADMISSIONS: tuple[str | None, ...] = (None, "max_queue", "basin")
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class Scenario:
     def horizon(self) -> float:
         return self.surge_end + 3600.0
 
-    def bench_overrides(self, admission: Optional[str]) -> list[str]:
+    def bench_overrides(self, admission: str | None) -> list[str]:
         out = [*self.overrides, *COMMON, f"trace.surges=[{{start_s:{self.surge_start:g},"
                f"end_s:{self.surge_end:g},factor:{self.factor:g}}}]"]
         return out + ([f"+admission={admission}"] if admission else [])
@@ -156,7 +156,7 @@ def main() -> None:
     print(f"wrote {args.out} and {png}")
 
 
-def _pct(v: Optional[float]) -> str:
+def _pct(v: float | None) -> str:
     return "—" if v is None else f"{v:.0%}"
 
 
@@ -165,7 +165,7 @@ def render(runs: list[dict[str, Any]], png_name: str) -> str:
     lines = [
         "# Basin under a surge of new sessions (simulated)", "",
         f"Produced by `python -m bench.scripts.basin_surge` at commit {git_commit()} "
-        f"({datetime.now(timezone.utc):%Y-%m-%d}). One H100 with Llama-3.1-8B (roofline cost "
+        f"({datetime.now(UTC):%Y-%m-%d}). One H100 with Llama-3.1-8B (roofline cost "
         "model: compare rows, not absolute numbers), SGLang's LRU prefix cache; goodput = "
         "requests meeting the TTFT and TPOT SLOs per second, bucketed by arrival in 5-minute "
         "windows. Pre-surge = mean of the windows after warm-up and before the surge; "

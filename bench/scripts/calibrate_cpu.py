@@ -27,7 +27,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from bench.config import compose_bench, resolve_bench
 from bench.live.fit import ADDITIVE, ROOFLINE, Fit, Point, at_bound, fit, fit_additive
@@ -197,7 +197,7 @@ def main() -> None:
     lag = lag_verdict(data, best, settings.model_profile)
     print(table(points, fits))
     latency = _latency(data)
-    print(f"\nfixed client latency (client TTFT - server prefill time, median): "
+    print("\nfixed client latency (client TTFT - server prefill time, median): "
           + (f"{latency * 1e3:.1f} ms" if latency is not None else "not reported by the server"))
     for row in lag["rows"]:
         print(f"lag: {row['tokens']}-token prompt: TTFT(8 tokens) - TTFT(1 token) = "
@@ -223,7 +223,7 @@ def main() -> None:
     print(f"wrote {args.out / 'cpu.json'} and {args.out / 'cpu.yaml'}")
 
 
-def _latency(data: dict[str, Any]) -> Optional[float]:
+def _latency(data: dict[str, Any]) -> float | None:
     diffs = [min(row["client_s"]) - min(row["server_s"]) for row in data["prefill"] if row["server_s"]]
     return statistics.median(diffs) if diffs else None
 

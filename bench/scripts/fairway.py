@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +122,7 @@ def main() -> None:
 def render(table: dict, best: dict, trials: list, wall_s: float) -> str:
     lines = ["# Fairway in the simulator", "",
              f"Produced by `python -m bench.scripts.fairway` at commit {git_commit()} "
-             f"({datetime.now(timezone.utc):%Y-%m-%d}, {wall_s / 60:.0f} min). One H100 with "
+             f"({datetime.now(UTC):%Y-%m-%d}, {wall_s / 60:.0f} min). One H100 with "
              "Llama-3.1-8B (roofline cost model; compare rows, not absolute numbers). Surges: "
              "10 minutes of x2 (Mooncake) / x1.5 (Azure) new-request rate in the middle of the trace.",
              "", f"Chosen setting (the defaults in `conf/policy/fairway.yaml`): `{best}`.", "",
@@ -149,7 +149,7 @@ def render(table: dict, best: dict, trials: list, wall_s: float) -> str:
     for params, score, ok in trials:
         lines.append("| " + " | ".join(str(params[k]) for k in GRID) + f" | {score:.3f} | {'yes' if ok else 'no'} |")
     lines += ["", "## Commands", "", "```"]
-    for name, row in table.items():
+    for row in table.values():
         lines += [row[p]["cmd"] for p in POLICIES]
     lines += ["```", ""]
     return "\n".join(lines)

@@ -19,7 +19,7 @@ import argparse
 import json
 import shutil
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +87,7 @@ def main() -> None:
 def render(table: dict, std: float, mean: float, source: str, live: dict | None) -> str:
     lines = ["# LEAP in the simulator", "",
              f"Produced by `python -m bench.scripts.leap_sim` at commit {git_commit()} "
-             f"({datetime.now(timezone.utc):%Y-%m-%d}). One H100 with Llama-3.1-8B (roofline cost "
+             f"({datetime.now(UTC):%Y-%m-%d}). One H100 with Llama-3.1-8B (roofline cost "
              "model; compare rows, not absolute numbers). LEAP's features: "
              f"log(1 + true output) + N({mean:.3f}, {std:.3f}) per request, the head's log-error "
              f"model {source}; its RLS head (`policy.feature_dim=1`) learns online from zero. "

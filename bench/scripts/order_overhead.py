@@ -30,35 +30,35 @@ import json
 import random
 import statistics
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from server.sglang.launch.stub import install_sgl_kernel_stub
 
 install_sgl_kernel_stub()  # NOTE: before SGLang is imported (no libcuda here)
 
-from array import array  # noqa: E402
+from array import array
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from sglang.srt.managers.schedule_batch import Req  # noqa: E402
-from sglang.srt.managers.schedule_policy import SchedulePolicy  # noqa: E402
-from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator  # noqa: E402
-from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams  # noqa: E402
-from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
-from sglang.srt.mem_cache.memory_pool import ReqToTokenPool  # noqa: E402
-from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
-from sglang.srt.mem_cache.unified_cache.components import ComponentType  # noqa: E402
-from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache  # noqa: E402
-from sglang.srt.runtime_context import SpawnRanks, publish, reset_context  # noqa: E402
-from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
-from sglang.srt.server_args import ServerArgs  # noqa: E402
+import numpy as np
+import torch
+from sglang.srt.managers.schedule_batch import Req
+from sglang.srt.managers.schedule_policy import SchedulePolicy
+from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+from sglang.srt.mem_cache.radix_cache import RadixKey
+from sglang.srt.mem_cache.unified_cache.components import ComponentType
+from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+from sglang.srt.runtime_context import SpawnRanks, publish, reset_context
+from sglang.srt.sampling.sampling_params import SamplingParams
+from sglang.srt.server_args import ServerArgs
 
-from bench.traces.paths import REPO_ROOT  # noqa: E402
-from policies.scheduling.fairway import FairwayPolicy  # noqa: E402
-from policies.scheduling.leap import LeapPolicy  # noqa: E402
-from server.sglang.scheduling.matching import chained_hashes  # noqa: E402
-from server.sglang.scheduling.ordering import SwitchboardSchedulePolicy  # noqa: E402
+from bench.traces.paths import REPO_ROOT
+from policies.scheduling.fairway import FairwayPolicy
+from policies.scheduling.leap import LeapPolicy
+from server.sglang.scheduling.matching import chained_hashes
+from server.sglang.scheduling.ordering import SwitchboardSchedulePolicy
 
 SYSTEM_TOKENS = 1500
 TARGET = 0.05
@@ -197,7 +197,7 @@ def main() -> None:
 def render(rows: dict, steps: int) -> str:
     names = list(ORDERS)
     lines = ["# Queue-ordering overhead per scheduling step", "",
-             f"`python -m bench.scripts.order_overhead` ({datetime.now(timezone.utc):%Y-%m-%d}): mean "
+             f"`python -m bench.scripts.order_overhead` ({datetime.now(UTC):%Y-%m-%d}): mean "
              f"milliseconds of `calc_priority` over {steps} steady-state steps, one process, one thread, "
              "SGLang 0.5.23's default Rust radix tree, on a 2-core CPU machine. SGLang's `lpm` and `hrrn` "
              "silently order FCFS above 128 waiting requests (their times there are the fallback's); "

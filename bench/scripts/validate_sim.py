@@ -23,9 +23,9 @@ import json
 import os
 import platform
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from bench.config import compose_bench, resolve_bench
 from bench.live.server import ServerProcess
@@ -81,12 +81,12 @@ METRICS = (
 TARGETED = 3
 
 
-def value(summary: dict, key: str, sub: Optional[str]) -> Optional[float]:
+def value(summary: dict, key: str, sub: str | None) -> float | None:
     v = summary.get(key)
     return (v or {}).get(sub) if sub is not None else v
 
 
-def rel_error(sim: Optional[float], live: Optional[float]) -> Optional[float]:
+def rel_error(sim: float | None, live: float | None) -> float | None:
     """Simulator error relative to the live measurement."""
     if sim is None or live is None or live == 0:
         return None
@@ -116,14 +116,14 @@ def run_case(case: Case, overrides: list[str], sim_extra: list[str], results: Pa
     return {"live": live, "sim": sim, "live_args": live_args, "sim_args": sim_args}
 
 
-def render(rows: list[tuple[Case, dict[str, Any]]], sim_extra: list[str], calibration: Optional[Path],
+def render(rows: list[tuple[Case, dict[str, Any]]], sim_extra: list[str], calibration: Path | None,
            quick: bool) -> str:
     lines = [
         "# Simulator validation against the CPU server",
         "",
         f"Produced by `python -m bench.scripts.validate_sim{' --quick' if quick else ''}"
         f"{f' --calibration {calibration}' if calibration else ''}` at commit {git_commit()} "
-        f"({datetime.now(timezone.utc):%Y-%m-%d}) on {_machine()}.",
+        f"({datetime.now(UTC):%Y-%m-%d}) on {_machine()}.",
         "",
         "Each case replays one shaped trace window twice, on the identical request list "
         "(same scaled lengths, arrival times and prefix blocks): live against a fresh CPU "

@@ -8,7 +8,7 @@ scheduling pass (oldest first), sort last and stop the prefill walk.
 
 from __future__ import annotations
 
-from typing import Optional, Protocol
+from typing import Protocol
 
 from bench.sim.request import SimRequest
 from policies.admission import AdmissionAction, AdmissionPolicy, AdmissionView, check_decision
@@ -41,7 +41,7 @@ class AdmissionGate:
             num_running=len(host.running),  # type: ignore[arg-type]
             num_deferred=deferred, kv_capacity_tokens=self.capacity, kv_free_tokens=host.free_tokens)
 
-    def on_arrival(self, host: _Host, r: SimRequest) -> Optional[str]:
+    def on_arrival(self, host: _Host, r: SimRequest) -> str | None:
         """Decide on a new request; the rejection reason, or None if it may queue."""
         decision = check_decision(self.policy.needs, self.policy.decide(self.view(host, r, in_queue=False)))
         if decision.action is AdmissionAction.REJECT:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import Iterator
+from collections.abc import Iterator
 
 from bench.traces.trace import Trace, TraceRequest
 

@@ -38,8 +38,8 @@ BLAS switches from matrix-vector to packed matrix-matrix products).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from bench.schema import AcceleratorConfig, ModelProfileConfig
 
@@ -62,7 +62,7 @@ class ModelShape:
     """K and V elements per token over all layers (``2*L*kv_heads*d``)."""
 
     @classmethod
-    def of(cls, m: ModelProfileConfig) -> "ModelShape":
+    def of(cls, m: ModelProfileConfig) -> ModelShape:
         q = m.num_attention_heads * m.head_dim
         kv = m.num_kv_heads * m.head_dim
         attn = m.hidden_size * (q + 2 * kv) + q * m.hidden_size

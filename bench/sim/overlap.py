@@ -21,8 +21,9 @@ does not delay freeing KV or releasing closed-loop followers in the simulation.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Callable, Optional, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +38,7 @@ class IterationLog:
     which reads ``now`` before the call and adds the result after it.
     """
 
-    def __init__(self, cost: Any, clock: Optional[Callable[[], float]] = None) -> None:
+    def __init__(self, cost: Any, clock: Callable[[], float] | None = None) -> None:
         self.cost = cost
         self.clock = clock
         self.starts = array("d")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
-from typing import Iterator
+from collections.abc import Iterator
 
 from bench.sim.request import Phase, SimRequest
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from bench.schema import AcceleratorConfig, ModelProfileConfig, SimConfig, TouchMode
 from bench.sim.cost import CostModel
@@ -17,10 +16,10 @@ class SimSettings:
     capacity: int
     """KV pool size in tokens (SGLang ``max_total_num_tokens``)."""
     max_running_requests: int
-    chunked_prefill_size: Optional[int]
+    chunked_prefill_size: int | None
     """None: chunked prefill off."""
     max_prefill_tokens: int
-    prefill_max_requests: Optional[int]
+    prefill_max_requests: int | None
     context_length: int
     ignore_eos: bool = True
     clip_max_new_tokens: int = 4096
@@ -33,14 +32,14 @@ class SimSettings:
     touch_waiting: bool = True
     idle_poll_s: float = 0.05
     drain_timeout_s: float = 600.0
-    length_signal: Optional[LengthSignal] = None
+    length_signal: LengthSignal | None = None
     host_tier_tokens: int = 0
     """The cache's host tier (``cache.host_tier_tokens``); 0 = none."""
     host_bandwidth_gbs: float = 50.0
 
     @classmethod
     def resolve(cls, sim: SimConfig, accel: AcceleratorConfig, model: ModelProfileConfig,
-                cost: CostModel, host_tier_tokens: int = 0) -> "SimSettings":
+                cost: CostModel, host_tier_tokens: int = 0) -> SimSettings:
         """SGLang's derivations: pool size from memory, request slots from the
         pool (``clamp(pool / context * 512, 2048, 4096)``), chunk size per device,
         new-token ratio schedule from ``schedule_conservativeness``."""

@@ -25,7 +25,7 @@ import json
 import lzma
 from array import array
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -51,7 +51,7 @@ def read_session(path: Path) -> dict[str, Any]:
         return json.load(f)
 
 
-def _think(req: dict[str, Any], prev: Optional[dict[str, Any]]) -> float:
+def _think(req: dict[str, Any], prev: dict[str, Any] | None) -> float:
     """Recorded think time; when missing, the recorded gap after ``prev`` ended."""
     if req.get("think_time") is not None:
         return max(0.0, float(req["think_time"]))
@@ -71,7 +71,7 @@ class _SessionBuilder:
         self.out: list[TraceRequest] = []
         self.max_local_id = -1
 
-    def blocks(self, req: dict[str, Any]) -> Optional[array]:
+    def blocks(self, req: dict[str, Any]) -> array | None:
         ids = req.get("hash_ids") or ()
         if not ids:
             return None
@@ -80,7 +80,7 @@ class _SessionBuilder:
         # NOTE: sessions get disjoint id ranges, so chained ids stay chained.
         return array("q", (local + self.offset).tobytes())
 
-    def add(self, rid: str, req: dict[str, Any], session: str, after: Optional[str],
+    def add(self, rid: str, req: dict[str, Any], session: str, after: str | None,
             delay_s: float) -> str:
         self.out.append(TraceRequest(
             rid=rid, arrival_s=self.start_s + float(req["t"]),
@@ -91,8 +91,8 @@ class _SessionBuilder:
         return rid
 
     def build(self, session: dict[str, Any]) -> list[TraceRequest]:
-        prev_rid: Optional[str] = None
-        prev: Optional[dict[str, Any]] = None
+        prev_rid: str | None = None
+        prev: dict[str, Any] | None = None
         for i, entry in enumerate(session["requests"]):
             if entry.get("type") == "subagent":
                 if self.include_subagents:
@@ -102,8 +102,8 @@ class _SessionBuilder:
             prev = entry
         return self.out
 
-    def subagent(self, i: int, entry: dict[str, Any], parent_rid: Optional[str],
-                 parent: Optional[dict[str, Any]]) -> None:
+    def subagent(self, i: int, entry: dict[str, Any], parent_rid: str | None,
+                 parent: dict[str, Any] | None) -> None:
         agent = f"{self.sid}/{entry.get('agent_id', i)}"
         if parent is None:
             launch = float(entry["t"])  # NOTE: no parent turn yet: starts with the session
@@ -121,7 +121,7 @@ class _SessionBuilder:
 
 
 def load_claude_code(folder: Path, name: str = "claude_code", session_rate: float = 0.05,
-                     max_sessions: Optional[int] = None, include_subagents: bool = True,
+                     max_sessions: int | None = None, include_subagents: bool = True,
                      seed: int = 0) -> Trace:
     """Read kv-cache-tester sessions into a closed-loop ``Trace``.
 

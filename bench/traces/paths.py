@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
 
 #: Environment variable naming the data root.
 DATA_ROOT_ENV = "SWITCHBOARD_DATA"
@@ -28,7 +27,7 @@ def default_data_root() -> Path:
     return REPO_ROOT.parent / "shared" / "data"
 
 
-def resolve_data_root(configured: Optional[str]) -> Path:
+def resolve_data_root(configured: str | None) -> Path:
     """The data root for a run (``configured`` wins over the defaults)."""
     return Path(configured).expanduser() if configured else default_data_root()
 

@@ -23,8 +23,8 @@ import ast
 import json
 import lzma
 import math
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, Optional
 
 import numpy as np
 
@@ -41,7 +41,7 @@ def _read_text(path: Path) -> str:
     return path.read_text()
 
 
-def _find(folder: Path, stem: str) -> Optional[Path]:
+def _find(folder: Path, stem: str) -> Path | None:
     for candidate in (folder / stem, folder / f"{stem}.xz"):
         if candidate.exists():
             return candidate
@@ -77,7 +77,7 @@ class LengthDistributions:
             if all(fields.get(f, "{}").strip() not in ("", "{}") for f in ("input_tokens", "output_tokens")))
         self._parsed: dict[float, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
 
-    def at(self, t: float) -> Optional[dict[str, tuple[np.ndarray, np.ndarray]]]:
+    def at(self, t: float) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
         """``{field: (values, cdf)}`` of the latest window starting at or before ``t``."""
         chosen = None
         for start, fields in self._windows:
@@ -142,7 +142,7 @@ def synthesize_client(client: int, windows: Iterable[tuple[float, float, str, fl
 
 
 def load_servegen(folder: Path, name: str = "servegen", category: str = "language",
-                  model: str = "m-small", clients: Optional[list[int]] = None,
+                  model: str = "m-small", clients: list[int] | None = None,
                   start_s: float = 0.0, duration_s: float = 3600.0, seed: int = 0,
                   rate_scale: float = 1.0) -> Trace:
     """Synthesize ``duration_s`` seconds of ServeGen traffic from ``start_s``

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from array import array
 from dataclasses import dataclass, replace
-from typing import Optional
 
 from bench.traces.trace import Trace, TraceRequest
 
@@ -23,8 +22,8 @@ class Shape:
 
     input_scale: float = 1.0
     output_scale: float = 1.0
-    max_input_tokens: Optional[int] = None
-    max_output_tokens: Optional[int] = None
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
 
     @property
     def is_identity(self) -> bool:

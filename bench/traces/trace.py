@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -37,16 +37,16 @@ class TraceRequest:
     """Prompt tokens."""
     output_tokens: int
     """Tokens to generate (the request's ``max_new_tokens``)."""
-    block_ids: Optional[array] = None
+    block_ids: array | None = None
     """Prefix-chained block ids (``array('q')``), or ``None`` without prefix
     information."""
-    session_id: Optional[str] = None
+    session_id: str | None = None
     """Conversation/agent session, when the trace has one."""
-    after: Optional[str] = None
+    after: str | None = None
     """For closed-loop requests: the rid whose completion releases this one."""
     delay_s: float = 0.0
     """For closed-loop requests: client think time after ``after`` completed."""
-    priority: Optional[int] = None
+    priority: int | None = None
     """User priority, when the trace has one."""
 
     def block_tokens(self, block_size: int, index: int) -> int:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Optional, Sequence
 
 import numpy as np
 
@@ -56,7 +56,7 @@ def _rebuild(trace: Trace, unit_list: Sequence[Sequence[TraceRequest]], **change
     return replace(trace, requests=tuple(roots + rest), **changes)
 
 
-def window(trace: Trace, start_s: float, end_s: Optional[float]) -> Trace:
+def window(trace: Trace, start_s: float, end_s: float | None) -> Trace:
     """Units whose root arrives in ``[start_s, end_s)``, times rebased to ``start_s``."""
     end = math.inf if end_s is None else end_s
     if end <= start_s:

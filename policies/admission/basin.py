@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import ClassVar
 
 from policies.admission import ADMIT, AdmissionAction, AdmissionDecision, AdmissionNeeds, AdmissionView
 from policies.admission.lifetime import SessionLifetimePredictor, SessionSample
@@ -90,14 +90,14 @@ class BasinPolicy:
         self.held: OrderedDict[str, float] = OrderedDict()  # rid -> first held at
         self.reserved = 0
         self._missed = self._history = 0
-        self._last_adapt: Optional[float] = None
+        self._last_adapt: float | None = None
         self._limited = False
         """Whether the budget turned a session away since the last adaptation."""
         self._recent_miss: deque[float] = deque(maxlen=max(1, reference_intervals))
         """Miss rates of the previous intervals (the reference is their minimum)."""
 
     @staticmethod
-    def _sid(session_id: Optional[str], rid: str) -> str:
+    def _sid(session_id: str | None, rid: str) -> str:
         return session_id if session_id is not None else f"request:{rid}"
 
     def decide(self, view: AdmissionView) -> AdmissionDecision:

@@ -18,8 +18,8 @@ before the update; the same transform is applied at prediction time.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -40,7 +40,7 @@ class RlsLengthHead:
         self._mean = np.zeros(dim)
         self._m2 = np.zeros(dim)
 
-    def _z(self, features: Sequence[float]) -> np.ndarray:
+    def _z(self, features: Sequence[float] | np.ndarray) -> np.ndarray:
         x = np.asarray(features, dtype=float)
         if x.shape != (self.dim,):
             raise ValueError(f"expected {self.dim} features, got shape {x.shape}")
@@ -56,7 +56,8 @@ class RlsLengthHead:
             raise ValueError(f"expected a (k, {self.dim}) feature matrix, got shape {x.shape}")
         std = np.sqrt(self._m2 / max(1, self.n - 1)) if self.n > 1 else np.ones(self.dim)
         z = (x - self._mean) / np.where(std > 1e-8, std, 1.0)
-        return np.maximum(1.0, np.expm1(z @ self.w[:-1] + self.w[-1]))
+        predicted: np.ndarray = np.maximum(1.0, np.expm1(z @ self.w[:-1] + self.w[-1]))
+        return predicted
 
     def update(self, features: Sequence[float], output_tokens: int) -> None:
         x = np.asarray(features, dtype=float)
@@ -74,7 +75,7 @@ class RlsLengthHead:
         np.savez(path, w=self.w, P=self.P, n=self.n, mean=self._mean, m2=self._m2, lam=self.lam)
 
     @classmethod
-    def load(cls, path: Path) -> "RlsLengthHead":
+    def load(cls, path: Path) -> RlsLengthHead:
         data = np.load(path)
         head = cls(dim=len(data["mean"]), forgetting=float(data["lam"]))
         head.w, head.P, head.n = data["w"], data["P"], int(data["n"])

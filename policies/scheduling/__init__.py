@@ -27,8 +27,9 @@ policy object.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from policies.views import RequestView
 
@@ -100,7 +101,7 @@ class SchedulingPolicy(Protocol):
         ...
 
 
-def ordered_by(queue: QueueView, key) -> OrderDecision:
+def ordered_by(queue: QueueView, key: Callable[[RequestView], Any]) -> OrderDecision:
     """An ``OrderDecision`` sorting ``queue.requests`` by ``key`` (stable)."""
     return OrderDecision(tuple(r.rid for r in sorted(queue.requests, key=key)))
 

@@ -89,7 +89,8 @@ class QueueColumns:
     @property
     def work(self) -> np.ndarray:
         """Uncached prefill tokens per row, at least 1 (float64)."""
-        return np.maximum(self.num_input_tokens - self.num_cached_tokens, 1).astype(float)
+        work: np.ndarray = np.maximum(self.num_input_tokens - self.num_cached_tokens, 1).astype(float)
+        return work
 
     @property
     def head_size(self) -> int:
@@ -98,7 +99,7 @@ class QueueColumns:
         return n if self.admit_limit is None else max(0, min(n, self.admit_limit))
 
     @classmethod
-    def from_view(cls, queue: QueueView) -> "QueueColumns":
+    def from_view(cls, queue: QueueView) -> QueueColumns:
         """Columns of a ``QueueView`` (O(n) Python; the simulator's path)."""
         reqs = queue.requests
         n = len(reqs)

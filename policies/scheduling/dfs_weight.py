@@ -16,7 +16,7 @@ class _Subtree:
     """Waiting requests whose match ends in this node or below it."""
     rids: list[str] = field(default_factory=list)
     """Requests whose match ends exactly here, in queue order."""
-    children: dict[int, "_Subtree"] = field(default_factory=dict)
+    children: dict[int, _Subtree] = field(default_factory=dict)
     """Child nodes by their sibling key."""
 
 

@@ -38,9 +38,9 @@ from typing import ClassVar
 
 import numpy as np
 
+from policies.scheduling import SchedulingNeeds
 from policies.scheduling.columns import ColumnarOrder, QueueColumns
 from policies.views import RequestView
-from policies.scheduling import SchedulingNeeds
 
 
 class FairwayPolicy(ColumnarOrder):
@@ -94,7 +94,7 @@ class FairwayPolicy(ColumnarOrder):
         work = queue.work
         waited = np.maximum(float(queue.processed_tokens) - queue.arrival_processed_tokens, 0.0)
         score = work / (1.0 + self.aging_weight * waited / work) if self.aging_weight else work
-        ranked = np.lexsort((queue.arrival_seq, score))  # by score, ties by arrival
+        ranked: np.ndarray = np.lexsort((queue.arrival_seq, score))  # by score, ties by arrival
         by_arrival = np.argsort(queue.arrival_seq, kind="stable")
         older_work = np.concatenate(([0.0], np.cumsum(work[by_arrival])[:-1]))
         backlog = self._update_backlog(queue.arrival_seq, by_arrival, older_work)

@@ -28,16 +28,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 
 from policies.feedback import FinishedView
 from policies.predictors import LengthPredictor
 from policies.predictors.rls import RlsLengthHead
-from policies.scheduling.columns import ColumnarOrder, QueueColumns
-from policies.views import RequestView
 from policies.scheduling import SchedulingNeeds
+from policies.scheduling.columns import ColumnarOrder, QueueColumns
 
 
 class LeapPolicy(ColumnarOrder):
@@ -46,7 +44,7 @@ class LeapPolicy(ColumnarOrder):
 
     def __init__(self, hidden_state_layer: int = 15, feature_dim: int = 576,
                  forgetting: float = 0.999, ridge: float = 1.0, prior_tokens: float = 64.0,
-                 aging_tokens: float = 1048576.0, head_path: Optional[str] = None) -> None:
+                 aging_tokens: float = 1048576.0, head_path: str | None = None) -> None:
         if hidden_state_layer < 0 or aging_tokens <= 0:
             raise ValueError("need hidden_state_layer >= 0 and aging_tokens > 0")
         self.needs = SchedulingNeeds(cache_hits=False, hidden_state_layer=hidden_state_layer)
@@ -75,7 +73,8 @@ class LeapPolicy(ColumnarOrder):
             total[queue.feature_rows] = self.predictor.predict_many(queue.features)
         remaining = np.maximum(total - queue.num_output_tokens, 1.0)
         waited = np.maximum(float(queue.processed_tokens) - queue.arrival_processed_tokens, 0.0)
-        return np.lexsort((queue.arrival_seq, remaining / (1.0 + waited / self.aging_tokens)))
+        order: np.ndarray = np.lexsort((queue.arrival_seq, remaining / (1.0 + waited / self.aging_tokens)))
+        return order
 
     def observe_finished(self, view: FinishedView) -> None:
         if view.aborted:

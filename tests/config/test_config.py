@@ -10,11 +10,10 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from compose.kinds import KIND_BY_GROUP, KINDS
 from compose.config import CONF_DIR, ConfigError, compose, group_options
+from compose.kinds import KIND_BY_GROUP, KINDS
 from compose.specs import PolicySpec, build_policy, specs_from_config
 from server.resolve import resolve
-
 from tests.conftest import REPO
 
 GROUPS = [k.group for k in KINDS]
@@ -153,7 +152,7 @@ def run_cli(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
 def test_cli_config_errors_exit_2_with_one_line(argv, needle):
     proc = run_cli(*argv)
     assert proc.returncode == 2, proc.stderr
-    lines = [l for l in proc.stderr.splitlines() if l.startswith("switchboard:")]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("switchboard:")]
     assert len(lines) == 1 and needle in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
 

@@ -6,8 +6,8 @@ server (``module_server``) and every server is stopped at session end.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

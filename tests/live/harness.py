@@ -56,7 +56,7 @@ class QueueExperiment:
             threads.append(t)
             # NOTE: the next prompt is sent only once this one is in SGLang's waiting
             # queue, so the arrival order is known (server state, not sleeps).
-            wait_for(lambda: "blocker" in self.finished or loads(self.base_url)["num_waiting_reqs"] == i,
+            wait_for(lambda i=i: "blocker" in self.finished or loads(self.base_url)["num_waiting_reqs"] == i,
                      what=f"{name} queued")
             assert "blocker" not in self.finished, f"blocker finished before {name} was queued"
         for t in threads:

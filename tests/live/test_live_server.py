@@ -7,7 +7,6 @@ import pytest
 
 from bench.live.replay import LiveReplayError, replay_live
 from bench.schema import LiveApi, LiveConfig
-
 from tests.sim.helpers import req, trace_of
 
 pytestmark = pytest.mark.server

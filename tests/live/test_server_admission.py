@@ -11,9 +11,8 @@ import openai
 import psutil
 import pytest
 
-from tests.live.conftest import module_server
 from bench.live.chat import client, loads, wait_for
-
+from tests.live.conftest import module_server
 from tests.live.harness import unique_prompt
 
 pytestmark = pytest.mark.server
@@ -42,7 +41,7 @@ def test_past_max_waiting_requests_get_429_with_retry_after_and_admitted_ones_fi
         t = threading.Thread(target=post, args=(f"queued{i}", chat_body(unique_prompt(rng, 5), 4)))
         t.start()
         admitted.append(t)
-        wait_for(lambda: loads(server.base_url)["num_waiting_reqs"] == i, what=f"queued{i} waiting")
+        wait_for(lambda i=i: loads(server.base_url)["num_waiting_reqs"] == i, what=f"queued{i} waiting")
 
     # Plain HTTP, non-streaming: a real 429 with Retry-After.
     r = httpx.post(url, json=chat_body("one too many", 4), timeout=60)

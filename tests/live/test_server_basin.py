@@ -11,7 +11,6 @@ import httpx
 import pytest
 
 from bench.live.chat import loads, wait_for
-
 from tests.live.conftest import module_server
 from tests.live.harness import unique_prompt
 

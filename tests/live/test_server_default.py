@@ -7,9 +7,8 @@ import random
 import httpx
 import pytest
 
-from tests.live.conftest import module_server
 from bench.live.chat import HFReference, agreement, client, run_conversations
-
+from tests.live.conftest import module_server
 from tests.live.harness import QueueExperiment, unique_prompt
 
 pytestmark = pytest.mark.server

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import os
-
 import httpx
 import pytest
 
 from policies.scheduling import QueueView
 from policies.scheduling.fairway import FairwayPolicy
 from policies.views import RequestView
-
-from tests.sim.fake_server import common_prefix as lcp
 from tests.live.conftest import module_server
 from tests.live.harness import QueueExperiment
+from tests.sim.fake_server import common_prefix as lcp
 
 pytestmark = pytest.mark.server
 

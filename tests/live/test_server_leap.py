@@ -8,8 +8,6 @@ import json
 import httpx
 import pytest
 
-from tests.live.conftest import module_server
-
 pytestmark = pytest.mark.server
 
 PROMPTS = ["What is 2+2?", "Write a short poem about the sea.", "List five colors."]

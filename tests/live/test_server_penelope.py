@@ -122,7 +122,7 @@ def test_front_eviction_recomputes_exactly_the_gap_and_reuses_the_tail(runs, seg
     # everything cached but the gap: the tree holds A's turn-2 prompt and answer
     # (minus the last answer token, never fed back) and the recompute filled the gap
     assert gapped["cached3"] == len(gapped["t2"]) + len(gapped["a2"]) - 1 - gap
-    assert re.search(r"switchboard_gap_recomputed_tokens(_total)? %s" % float(gap), runs["metrics"]), \
+    assert re.search(rf"switchboard_gap_recomputed_tokens(_total)? {float(gap)}", runs["metrics"]), \
         [line for line in runs["metrics"].splitlines() if "switchboard" in line]
     # control: with a pool that never evicts, nothing is recomputed and turn 3 hits everything
     assert "gap recompute" not in runs["big_log"]
@@ -162,6 +162,6 @@ def test_a_host_tier_restores_the_gap_instead_of_recomputing_it(runs, segments):
     restored, whole = runs["restored"], runs["whole"]
     # the whole history counts as cached: the gap came back from host memory
     assert restored["cached3"] == whole["cached3"] == len(restored["t2"]) + len(restored["a2"]) - 1
-    assert re.search(r"switchboard_host_restored_tokens(_total)? %s" % float(gap), runs["host_metrics"]), \
+    assert re.search(rf"switchboard_host_restored_tokens(_total)? {float(gap)}", runs["host_metrics"]), \
         [line for line in runs["host_metrics"].splitlines() if "switchboard" in line]
     assert restored["t3"] == whole["t3"] and restored["a3"] == whole["a3"]  # = HF's (test above)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -62,8 +61,8 @@ def test_fcfs_backlog_is_not_added_delay():
 def serve_stream(policy, steps: int, cheap_work: int = 10, big_work: int = 500):
     """Each step one cheap request arrives and the host serves the first in order."""
     waiting = [req("big", 0, big_work)]
-    clock, seq, served_big_at = 0, 1, None
-    for step in range(steps):
+    clock, seq = 0, 1
+    for _ in range(steps):
         waiting.append(req(f"c{seq}", seq, cheap_work, arrived_at_clock=clock))
         seq += 1
         first = policy.order(QueueView(tuple(waiting), processed_tokens=clock)).order[0]

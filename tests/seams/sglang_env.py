@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 from array import array
-from typing import Sequence
+from collections.abc import Sequence
 
 from server.sglang.launch.stub import install_sgl_kernel_stub
 
 # NOTE: before the first SGLang import (the PyPI sgl_kernel needs libcuda).
 install_sgl_kernel_stub()
 
-import torch  # noqa: E402
-from sglang.srt.managers.schedule_batch import Req  # noqa: E402
-from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator  # noqa: E402
-from sglang.srt.mem_cache.base_prefix_cache import InsertParams  # noqa: E402
-from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
-from sglang.srt.mem_cache.memory_pool import ReqToTokenPool  # noqa: E402
-from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
-from sglang.srt.runtime_context import SpawnRanks, publish, reset_context  # noqa: E402
-from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
-from sglang.srt.server_args import ServerArgs  # noqa: E402
+import torch
+from sglang.srt.managers.schedule_batch import Req
+from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+from sglang.srt.mem_cache.radix_cache import RadixKey
+from sglang.srt.runtime_context import SpawnRanks, publish, reset_context
+from sglang.srt.sampling.sampling_params import SamplingParams
+from sglang.srt.server_args import ServerArgs
 
 
 def publish_test_server_args(**overrides) -> None:

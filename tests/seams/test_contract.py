@@ -8,13 +8,15 @@ import pytest
 
 from tests.seams import sglang_env  # noqa: F401  (installs the sgl_kernel stub)
 
-from sglang.srt.managers import scheduler as sglang_scheduler  # noqa: E402
+# isort: split
+# (SGLang only after the stub)
+from sglang.srt.managers import scheduler as sglang_scheduler
 
-from compose.config import compose  # noqa: E402
-from server.resolve import resolve  # noqa: E402
-from server.sglang.launch import contract, plugin  # noqa: E402
-from server.sglang.launch import main as launch  # noqa: E402
-from server.sglang.launch.env import PLAN_ENV  # noqa: E402
+from compose.config import compose
+from server.resolve import resolve
+from server.sglang.launch import contract, plugin
+from server.sglang.launch import main as launch
+from server.sglang.launch.env import PLAN_ENV
 
 ADAPTER_DIR = Path(__file__).resolve().parents[1] / "server" / "sglang"
 

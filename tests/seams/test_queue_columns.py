@@ -10,15 +10,17 @@ import pytest
 
 from .sglang_env import cache_params, insert, make_pools, make_req, publish_test_server_args
 
-from sglang.srt.mem_cache.base_prefix_cache import EvictParams  # noqa: E402
-from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: E402
+# isort: split
+# (SGLang only after .sglang_env, which installs the sgl_kernel stub)
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+from sglang.srt.mem_cache.radix_cache import RadixCache
 
-from policies.scheduling import OrderDecision, QueueView  # noqa: E402
-from policies.scheduling.fairway import FairwayPolicy  # noqa: E402
-from server.sglang.scheduling.matching import MatchTracker  # noqa: E402
-from server.sglang.scheduling.queue_columns import QueueColumnStore  # noqa: E402
-from server.sglang.scheduling.ordering import SwitchboardSchedulePolicy  # noqa: E402
-from server.sglang.scheduling.views import stamp_arrival  # noqa: E402
+from policies.scheduling import OrderDecision, QueueView
+from policies.scheduling.fairway import FairwayPolicy
+from server.sglang.scheduling.matching import MatchTracker
+from server.sglang.scheduling.ordering import SwitchboardSchedulePolicy
+from server.sglang.scheduling.queue_columns import QueueColumnStore
+from server.sglang.scheduling.views import stamp_arrival
 
 
 @pytest.fixture(autouse=True)
@@ -180,7 +182,7 @@ def test_store_rows_follow_the_queue_through_random_edits():
     rng = random.Random(7)
     store = QueueColumnStore(capacity=4)
     queue, gone, count = [], [], 0
-    for step in range(300):
+    for _ in range(300):
         before = list(queue)
         op = rng.random()
         if op < 0.5 and queue:  # admit a run of the head

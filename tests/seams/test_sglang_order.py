@@ -18,26 +18,26 @@ from server.sglang.launch.stub import install_sgl_kernel_stub
 
 install_sgl_kernel_stub()  # NOTE: before the first SGLang import
 
-import torch  # noqa: E402
-from sglang.srt.managers.schedule_batch import Req  # noqa: E402
-from sglang.srt.managers.schedule_policy import SchedulePolicy  # noqa: E402
-from sglang.srt.mem_cache.base_prefix_cache import InsertParams  # noqa: E402
-from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey  # noqa: E402
-from sglang.srt.runtime_context import SpawnRanks, publish, reset_context  # noqa: E402
-from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
-from sglang.srt.server_args import ServerArgs  # noqa: E402
+import torch
+from sglang.srt.managers.schedule_batch import Req
+from sglang.srt.managers.schedule_policy import SchedulePolicy
+from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
+from sglang.srt.runtime_context import SpawnRanks, publish, reset_context
+from sglang.srt.sampling.sampling_params import SamplingParams
+from sglang.srt.server_args import ServerArgs
 
-from bench.sim.cache import PrefixCache  # noqa: E402
-from bench.sim.queue import WaitingQueue  # noqa: E402
-from bench.sim.request import SimRequest  # noqa: E402
-from bench.traces.trace import TraceRequest  # noqa: E402
-from policies.cache.lru import LruPolicy  # noqa: E402
-from policies.scheduling.dfs_weight import DfsWeightPolicy  # noqa: E402
-from policies.scheduling.fcfs import FcfsPolicy  # noqa: E402
-from policies.scheduling.hrrn import HrrnPolicy  # noqa: E402
-from policies.scheduling.lof import LofPolicy  # noqa: E402
-from policies.scheduling.lpm import LpmPolicy  # noqa: E402
-from policies.scheduling.shortest_prefill_first import ShortestPrefillFirstPolicy  # noqa: E402
+from bench.sim.cache import PrefixCache
+from bench.sim.queue import WaitingQueue
+from bench.sim.request import SimRequest
+from bench.traces.trace import TraceRequest
+from policies.cache.lru import LruPolicy
+from policies.scheduling.dfs_weight import DfsWeightPolicy
+from policies.scheduling.fcfs import FcfsPolicy
+from policies.scheduling.hrrn import HrrnPolicy
+from policies.scheduling.lof import LofPolicy
+from policies.scheduling.lpm import LpmPolicy
+from policies.scheduling.shortest_prefill_first import ShortestPrefillFirstPolicy
 
 BS = 16  # tokens per block; SGLang's in-batch threshold (32) spans two blocks
 
@@ -158,7 +158,7 @@ def test_views_match_what_the_sglang_adapter_reports():
                 sampling_params=SamplingParams(temperature=0, max_new_tokens=max_new))
         r.arrival_processed_tokens = processed
         r.time_stats.wait_queue_entry_time = entry
-        setattr(r, "_switchboard_arrival_seq", i)
+        r._switchboard_arrival_seq = i
         reqs.append(r)
     policy = SchedulePolicy("lpm", tree, False, False, False)
     duplicates = policy._compute_prefix_matches(reqs, policy.policy)

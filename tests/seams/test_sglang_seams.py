@@ -9,18 +9,22 @@ import pytest
 
 from .sglang_env import cache_params, insert, make_pools, make_req, publish_test_server_args
 
-from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder, SchedulePolicy  # noqa: E402
-from sglang.srt.mem_cache.evict_policy import LRUStrategy  # noqa: E402
-from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: E402
+# isort: split
+# (SGLang only after .sglang_env, which installs the sgl_kernel stub)
+from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder, SchedulePolicy
+from sglang.srt.mem_cache.evict_policy import LRUStrategy
+from sglang.srt.mem_cache.radix_cache import RadixCache
 
-from policies.admission import AdmissionAction, AdmissionDecision, AdmissionNeeds  # noqa: E402
-from policies.admission.max_queue import MaxQueuePolicy  # noqa: E402
-from policies.cache.lru import LruPolicy  # noqa: E402
-from policies.scheduling.shortest_prefill import ShortestPrefillPolicy  # noqa: E402
-from server.sglang.cache.eviction import PolicyEvictionStrategy  # noqa: E402
-from server.sglang.scheduling.gate import AdmissionGate, gated_adder, is_deferred  # noqa: E402
-from server.sglang.scheduling.ordering import SwitchboardSchedulePolicy  # noqa: E402
-from server.sglang.cache.eviction import block_view  # noqa: E402
+from policies.admission import AdmissionAction, AdmissionDecision, AdmissionNeeds
+from policies.admission.max_queue import MaxQueuePolicy
+from policies.cache.lru import LruPolicy
+from policies.scheduling.shortest_prefill import ShortestPrefillPolicy
+from server.sglang.cache.eviction import (
+    PolicyEvictionStrategy,
+    block_view,
+)
+from server.sglang.scheduling.gate import AdmissionGate, gated_adder, is_deferred
+from server.sglang.scheduling.ordering import SwitchboardSchedulePolicy
 
 
 @pytest.fixture(autouse=True)
@@ -137,7 +141,6 @@ def test_deferred_requests_sort_last_are_revisited_and_never_prefilled():
 
 def test_lru_policy_through_the_eviction_seam_evicts_what_sglangs_lru_evicts():
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams
-
     from sglang.srt.mem_cache.evict_policy import MRUStrategy
 
     trees = {}

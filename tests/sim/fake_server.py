@@ -15,7 +15,6 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Optional
 
 from aiohttp import web
 
@@ -44,7 +43,7 @@ class Seen:
 @dataclass
 class FakeSGLang:
     token_delay_s: float = 0.004
-    reject_len: Optional[int] = None
+    reject_len: int | None = None
     vocab_size: int = 49152
     prompts: list[list[int]] = field(default_factory=list)
     seen: list[Seen] = field(default_factory=list)
@@ -59,7 +58,7 @@ class FakeSGLang:
         app.router.add_post("/v1/detokenize", self.detokenize)
         return app
 
-    def _admit(self, path: str, body: dict, ids: list[int]) -> Optional[Seen]:
+    def _admit(self, path: str, body: dict, ids: list[int]) -> Seen | None:
         seen = Seen(path, body, time.perf_counter())
         self.seen.append(seen)
         if self.reject_len is not None and len(ids) == self.reject_len:

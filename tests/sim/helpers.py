@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
 
 from bench.sim import SimSettings, Simulator, build_simulator
 from bench.traces.trace import Trace, TraceRequest
@@ -25,14 +25,14 @@ class LinearCost:
         return self.decode_step
 
 
-def req(rid: str, t: float, n_in: int, n_out: int, blocks: Optional[Sequence[int]] = None,
+def req(rid: str, t: float, n_in: int, n_out: int, blocks: Sequence[int] | None = None,
         **kw) -> TraceRequest:
     """A trace request; ``blocks`` are prefix-chained ids (caller's duty)."""
     return TraceRequest(rid=rid, arrival_s=t, input_tokens=n_in, output_tokens=n_out,
                         block_ids=array("q", blocks) if blocks is not None else None, **kw)
 
 
-def trace_of(requests: Sequence[TraceRequest], block_size: int = 0, span: Optional[int] = None) -> Trace:
+def trace_of(requests: Sequence[TraceRequest], block_size: int = 0, span: int | None = None) -> Trace:
     roots = sorted((r for r in requests if r.after is None), key=lambda r: r.arrival_s)
     rest = [r for r in requests if r.after is not None]
     ids = [b for r in requests for b in (r.block_ids or ())]

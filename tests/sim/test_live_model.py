@@ -9,9 +9,8 @@ import pytest
 
 from bench.config import compose_bench, resolve_bench
 from bench.live.fit import ADDITIVE, ROOFLINE, Point, fit, fit_additive, predict
-from bench.sim.overlap import IterationLog, client_visible
 from bench.sim import CostModel, build_simulator, records_of
-
+from bench.sim.overlap import IterationLog, client_visible
 from tests.sim.helpers import LinearCost, req, settings, trace_of
 
 

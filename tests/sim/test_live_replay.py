@@ -13,7 +13,6 @@ from bench.report import summary_markdown
 from bench.run import run_bench
 from bench.schema import LiveApi, LiveConfig
 from bench.traces.paths import default_data_root
-
 from tests.sim.fake_server import FakeSGLang, Running
 from tests.sim.helpers import req, trace_of
 

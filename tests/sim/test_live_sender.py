@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 from bench.live.sender import Sender
-
 from tests.sim.helpers import req, trace_of
 
 #: Slack for late wake-ups of the event loop (only upper bounds use it).

@@ -7,7 +7,6 @@ import pytest
 
 from bench.live.workload import PromptSynth
 from bench.traces.shape import Shape, scaled_block_size, shape_request, shape_trace
-
 from tests.sim.helpers import req, trace_of
 
 LOW, HIGH = 17, 49152

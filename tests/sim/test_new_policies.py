@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from compose.config import compose
+from compose.specs import build_policy, specs_from_config
 from policies.cache import BlockView, EvictionPolicy
 from policies.cache.lfu import LfuPolicy
 from policies.scheduling import QueueView, SchedulingPolicy
 from policies.scheduling.dfs_weight import DfsWeightPolicy
 from policies.views import RequestView
-from compose.config import compose
-from compose.specs import build_policy, specs_from_config
 
 
 def view(rid: str, seq: int, path=()) -> RequestView:

@@ -12,7 +12,8 @@ when the body has none.
 from __future__ import annotations
 
 import json
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 SESSION_HEADER = b"x-session-id"
 GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions", "/generate")

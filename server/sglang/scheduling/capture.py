@@ -14,7 +14,7 @@ NOTE: a hook does not run inside a CUDA graph: prefill CUDA graphs must be off
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -28,10 +28,10 @@ class HiddenStateCapture:
         layers = model.get_submodule("model.layers")
         if not 0 <= layer < len(layers):
             raise ValueError(f"hidden_state_layer={layer} but the model has {len(layers)} layers")
-        self._rows: Optional[torch.Tensor] = None
+        self._rows: torch.Tensor | None = None
         self._handle = layers[layer].register_forward_pre_hook(self._pre_hook, with_kwargs=True)
 
-    def _pre_hook(self, module: Any, args: tuple, kwargs: dict) -> Optional[tuple]:
+    def _pre_hook(self, module: Any, args: tuple, kwargs: dict) -> tuple | None:
         forward_batch = args[2] if len(args) > 2 else kwargs.get("forward_batch")
         if forward_batch is None or not forward_batch.forward_mode.is_extend() \
                 or kwargs.get("capture_output") is not None:
@@ -55,7 +55,7 @@ class HiddenStateCapture:
         self._handle.remove()
 
 
-def features_of(req: Any) -> Optional[tuple[float, ...]]:
+def features_of(req: Any) -> tuple[float, ...] | None:
     """The captured features of ``req`` as plain floats (syncs the device once)."""
     row = getattr(req, FEATURES_ATTR, None)
     if row is None:

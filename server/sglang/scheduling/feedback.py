@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from sglang.srt.managers.schedule_batch import FINISH_ABORT
 
@@ -42,7 +43,7 @@ class FinishReporter:
     raw material of LEAP's learning curve and of trace replays.
     """
 
-    def __init__(self, policies: Sequence[Any], log_path: Optional[str] = None) -> None:
+    def __init__(self, policies: Sequence[Any], log_path: str | None = None) -> None:
         self.observers = [p for p in policies if isinstance(p, ObservesFinished)]
         self.log = open(log_path, "a", buffering=1) if log_path else None
 

@@ -17,8 +17,7 @@ from typing import Any
 from sglang.srt.managers import scheduler as sglang_scheduler
 from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder
 
-from policies.admission import (AdmissionAction, AdmissionDecision, AdmissionPolicy, AdmissionView,
-                                check_decision)
+from policies.admission import AdmissionAction, AdmissionDecision, AdmissionPolicy, AdmissionView, check_decision
 from server.sglang.middleware.retry_after import rejection_message
 from server.sglang.scheduling.views import request_view
 
@@ -85,7 +84,7 @@ class AdmissionGate:
         self.scheduler.send_abort_output(sglang_scheduler._make_abort_req(req, reason), req)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def gated_adder(base: type[PrefillAdder]) -> type[PrefillAdder]:
     class GatedPrefillAdder(base):  # type: ignore[valid-type, misc]
         """Stops the prefill walk at the first deferred request (they sort last)."""

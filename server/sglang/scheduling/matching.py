@@ -35,8 +35,9 @@ exact whatever the tracker holds.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any
 
 import numpy as np
 from sglang.srt.mem_cache.common import match_kv_cache
@@ -98,7 +99,7 @@ def chained_hashes(token_ids: Any, block: int, seed: int) -> list[int]:
 class _Entry:
     req: Any
     hashes: list[int] = field(default_factory=list)
-    indexed: Optional[int] = None
+    indexed: int | None = None
     """The hash this request is indexed under (the first block beyond its
     match), ``None`` when its match covers every whole block."""
     evictions: int = -1
@@ -218,6 +219,6 @@ class MatchTracker:
                 self._index.setdefault(h, set()).add(r.rid)
                 entry.indexed = h
 
-    def matched(self, rid: str) -> Optional[int]:
+    def matched(self, rid: str) -> int | None:
         entry = self._entries.get(rid)
         return None if entry is None else entry.req.num_matched_prefix_tokens

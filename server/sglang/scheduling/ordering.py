@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from sglang.srt.managers.schedule_policy import SchedulePolicy
@@ -40,10 +41,10 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
 
     def __init__(self, policy: str, tree_cache: Any, enable_hierarchical_cache: bool,
                  enable_priority_scheduling: bool, schedule_low_priority_values_first: bool,
-                 *, order: Optional[SchedulingPolicy] = None,
-                 gate: Optional[AdmissionGate] = None,
-                 prefill_clock: Optional[Callable[[], int]] = None,
-                 head_bounds: Optional[Callable[[Any], tuple[Optional[int], float]]] = None) -> None:
+                 *, order: SchedulingPolicy | None = None,
+                 gate: AdmissionGate | None = None,
+                 prefill_clock: Callable[[], int] | None = None,
+                 head_bounds: Callable[[Any], tuple[int | None, float]] | None = None) -> None:
         # NOTE: with our own order we run SGLang's cache-aware (lpm) slot, so the
         # queue is prefix-matched each pass and the scheduler treats it as matched.
         super().__init__("lpm" if order is not None else policy, tree_cache,
@@ -56,7 +57,7 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
         """``running_batch -> (admit_limit, prefill_budget_tokens)`` of this pass."""
         self.store = QueueColumnStore()
         self._columnar = isinstance(order, RanksColumns)
-        self.tracker: Optional[MatchTracker] = None
+        self.tracker: MatchTracker | None = None
         # NOTE: no tracker when the policy reads no hits (``needs.cache_hits``)
         # or the radix cache is off.
         if order is not None and order.needs.cache_hits and not getattr(tree_cache, "disable", False):
@@ -71,7 +72,7 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
         return super()._determine_active_policy(waiting_queue)
 
     def shortest_prefill_chunk_limit(self, chunked_req: Any, waiting_queue: list, budget: int,
-                                     page_size: int) -> Optional[int]:
+                                     page_size: int) -> int | None:
         limit = super().shortest_prefill_chunk_limit(chunked_req, waiting_queue, budget, page_size)
         gap = gap_chunk_limit(self.tree_cache, chunked_req)  # NOTE: the next gap ends the chunk
         if gap is None:
@@ -110,7 +111,7 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
         if not waiting_queue:
             return
         num_running = len(running_batch.reqs) if running_batch is not None else 0
-        bounds: tuple[Optional[int], float] = (None, math.inf)
+        bounds: tuple[int | None, float] = (None, math.inf)
         # NOTE: deferred requests are moved behind the order afterwards, so the
         # adder may reach past the policy's head: then the whole order counts.
         if self.head_bounds is not None and not (self.gate is not None and any(map(is_deferred, waiting_queue))):
@@ -127,7 +128,7 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
         self.store.remember(waiting_queue, sync.rows[positions])
 
     def _decide(self, waiting_queue: list, rows: np.ndarray, clock: int,
-                num_running: int, bounds: tuple[Optional[int], float]) -> np.ndarray:
+                num_running: int, bounds: tuple[int | None, float]) -> np.ndarray:
         """Queue positions, best first, from the policy."""
         now = time.perf_counter()
         admit_limit, budget = bounds

@@ -19,7 +19,7 @@ gets a fresh row read from its new state (``SwitchboardScheduler`` does this in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -55,11 +55,11 @@ class QueueColumnStore:
         self._live = np.zeros(0, bool)
         self._has_features = np.zeros(0, bool)
         self._reqs: list[Any] = []
-        self._views: list[Optional[RequestView]] = []
+        self._views: list[RequestView | None] = []
         self._features: dict[int, np.ndarray] = {}
         self._row_of: dict[int, int] = {}
         self._free: list[int] = []
-        self._last: Optional[tuple[list, np.ndarray]] = None
+        self._last: tuple[list, np.ndarray] | None = None
         self._grow(capacity)
 
     def __len__(self) -> int:
@@ -92,11 +92,11 @@ class QueueColumnStore:
             self._release(row)
         return SyncResult(rows, arrived, departed)
 
-    def remember(self, waiting_queue: Optional[list], rows: Optional[np.ndarray] = None) -> None:
+    def remember(self, waiting_queue: list | None, rows: np.ndarray | None = None) -> None:
         """The queue as the caller leaves it this pass (``None``: unknown)."""
         self._last = None if waiting_queue is None else (list(waiting_queue), rows)
 
-    def _sync_from_last(self, waiting_queue: list) -> Optional[SyncResult]:
+    def _sync_from_last(self, waiting_queue: list) -> SyncResult | None:
         """The common case in O(changes): the queue is the one ``remember``-ed,
         minus a run of its head (admitted), plus arrivals at the end.
 
@@ -150,7 +150,7 @@ class QueueColumnStore:
             self._int["num_cached_tokens"][row] = int(getattr(req, "num_matched_prefix_tokens", 0) or 0)
 
     def columns(self, rows: np.ndarray, *, now: float, processed_tokens: int, num_running: int,
-                admit_limit: Optional[int], prefill_budget_tokens: float) -> QueueColumns:
+                admit_limit: int | None, prefill_budget_tokens: float) -> QueueColumns:
         """The queue (``rows``, in queue order) as read-only columns."""
         cols = {name: _frozen(col[rows]) for name, col in self._int.items()}
         feature_rows = np.zeros(0, np.int64)

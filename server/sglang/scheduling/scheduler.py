@@ -21,7 +21,7 @@ import logging
 import math
 import time
 from http import HTTPStatus
-from typing import Any, Optional
+from typing import Any
 
 from sglang.srt.managers import scheduler as sglang_scheduler
 from sglang.srt.managers.schedule_policy import PrefillAdder
@@ -29,9 +29,9 @@ from sglang.srt.managers.schedule_policy import PrefillAdder
 from policies.admission import AdmissionPolicy
 from policies.feedback import EndsSessions
 from policies.scheduling import SchedulingPolicy
+from server.sglang.cache.gap_prefill import GapRecomputeCounter, gap_prefill_adder
 from server.sglang.scheduling.capture import HiddenStateCapture
 from server.sglang.scheduling.feedback import FinishReporter, streamer_class
-from server.sglang.cache.gap_prefill import GapRecomputeCounter, gap_prefill_adder
 from server.sglang.scheduling.gate import AdmissionGate, gated_adder
 from server.sglang.scheduling.ordering import SwitchboardSchedulePolicy
 from server.sglang.scheduling.views import stamp_arrival
@@ -44,7 +44,7 @@ CHECKED_ATTR = "_switchboard_checked"
 REQUESTED_MAX_NEW_ATTR = "_switchboard_requested_max_new_tokens"
 
 
-def kv_fit_error(req: Any, capacity: int) -> Optional[str]:
+def kv_fit_error(req: Any, capacity: int) -> str | None:
     """Why ``req`` can never fit a KV pool of ``capacity`` tokens, or ``None``.
 
     NOTE: always on. SGLang checks prompt + max_tokens against the context
@@ -61,8 +61,8 @@ def kv_fit_error(req: Any, capacity: int) -> Optional[str]:
             f"but the server's KV pool holds at most {capacity}; lower max_tokens or shorten the prompt.")
 
 
-def scheduler_class(order: Optional[SchedulingPolicy], admission: Optional[AdmissionPolicy],
-                    feedback_log: Optional[str] = None) -> type:
+def scheduler_class(order: SchedulingPolicy | None, admission: AdmissionPolicy | None,
+                    feedback_log: str | None = None) -> type:
     """A subclass of SGLang's ``Scheduler`` bound to the chosen policies."""
     base = sglang_scheduler.Scheduler
     # NOTE: one scheduler per process, so one reporter per process.
@@ -112,7 +112,7 @@ def scheduler_class(order: Optional[SchedulingPolicy], admission: Optional[Admis
                          "the rest of the queue follows its base order", type(order).__name__,
                          max(int(self.max_prefill_tokens), int(self.chunked_prefill_size or 0)))
 
-        def _switchboard_head_bounds(self, running_batch: Any) -> tuple[Optional[int], float]:
+        def _switchboard_head_bounds(self, running_batch: Any) -> tuple[int | None, float]:
             """How far into the order this pass's PrefillAdder can get at most.
 
             NOTE: the adder stops at the first request it cannot take (batch

@@ -6,8 +6,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from server.sglang.scheduling.capture import features_of
 from policies.views import RequestView
+from server.sglang.scheduling.capture import features_of
 
 #: Attributes the adapter stamps on each ``Req``: arrival order and the
 #: scheduler's prefill-token clock at arrival.
