@@ -14,11 +14,14 @@ import pytest
 
 from tests.seams import sglang_env  # noqa: F401  (installs the sgl_kernel stub)
 
-import bench.sim  # noqa: E402
-import server.sglang  # noqa: E402
-from compose.config import CONF_DIR, compose, group_options  # noqa: E402
-from compose.kinds import KINDS, Kind  # noqa: E402
-from compose.specs import build_policy, specs_from_config  # noqa: E402
+# isort: split
+# NOTE: everything below may import SGLang: the stub must be in place first.
+
+import bench.sim
+import server.sglang
+from compose.config import CONF_DIR, compose, group_options
+from compose.kinds import KINDS, Kind
+from compose.specs import build_policy, specs_from_config
 
 HOSTS = {"server": server.sglang.BINDINGS, "simulator": bench.sim.BINDINGS}
 
