@@ -44,7 +44,7 @@ class RequestView:
     """Session the request belongs to, if the client named one."""
     features: tuple[float, ...] | None = None
     """Hidden-state features the host captured at this request's prefill, for
-    policies that declare a ``hidden_state_layer`` (LEAP); ``None`` before the
+    policies whose ``needs.hidden_state_layer`` asks for them (LEAP); ``None`` before the
     request's first prefill or when not captured."""
     prefix_path: tuple[int, ...] = ()
     """Where the request's cached prefix ends in the host's prefix tree: one
@@ -56,7 +56,7 @@ class RequestView:
     matches end in the same node have equal paths; a path that is a prefix
     of another names an ancestor. Empty when nothing is cached or the host
     does not provide tree information; hosts fill it only for policies whose
-    class sets ``needs_prefix_path = True`` (walking the tree costs time).
+    ``needs.prefix_path`` is set (walking the tree costs time).
 
     NOTE: matches end on node boundaries (SGLang splits a node where a match
     ends), so the tree the paths describe is the host's tree after this

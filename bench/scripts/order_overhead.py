@@ -206,7 +206,7 @@ def render(rows: dict, steps: int) -> str:
              "and is told SGLang's default prefill token budget (16,384) as the head bound; "
              "new arrivals (4 per step) are hashed and matched inside the timed call, and hashing the step's "
              "inserts (the tracker's insert hook) is charged to Fairway's time. LEAP's order reads no cache "
-             "hits (`uses_cache_hits = False`), so its seam matches nothing.", "",
+             "hits (`SchedulingNeeds(cache_hits=False)`), so its seam matches nothing.", "",
              "| waiting | " + " | ".join(names) + " | fairway / SPF | leap / SPF |",
              "|---|" + "---|" * (len(names) + 2)]
     for n, row in rows.items():

@@ -1,6 +1,6 @@
 """Capture a decoder layer's input hidden state at each sequence's last prefill token.
 
-For policies that declare ``hidden_state_layer`` (LEAP). A forward pre-hook on
+For policies whose ``needs.hidden_state_layer`` is set (LEAP). A forward pre-hook on
 that layer of the model the scheduler's model runner holds passes SGLang's own
 ``capture_output`` callback (the one its EAGLE3/DFlash aux capture uses) on
 extend (prefill) forwards: the layer hands it the residual stream entering the
