@@ -61,13 +61,72 @@ def kv_fit_error(req: Any, capacity: int) -> str | None:
             f"but the server's KV pool holds at most {capacity}; lower max_tokens or shorten the prompt.")
 
 
+def head_bounds(scheduler: Any, running_batch: Any) -> tuple[int | None, float]:
+    """How far into the order this pass's PrefillAdder can get at most.
+
+    NOTE: the adder stops at the first request it cannot take (batch full:
+    ``get_num_allocatable_reqs``; token budget: SGLang's ``max_prefill_tokens``,
+    or the chunk size when larger). It walks past requests only when it skips
+    them (LoRA capacity, storage prefetch, priority preemption), so with those
+    features on, no bound is given and the policy orders the whole queue.
+    """
+    s = scheduler
+    if (s.enable_lora or s.enable_priority_preemption
+            or getattr(s, "enable_hicache_storage", False) or getattr(s, "enable_lmcache", False)):
+        return None, math.inf
+    running_bs = len(running_batch.reqs) if running_batch is not None else 0
+    limit = max(0, int(s.get_num_allocatable_reqs(running_bs, running_batch=running_batch)))
+    budget = max(int(s.max_prefill_tokens), int(s.chunked_prefill_size or 0))
+    return limit, float(budget) if budget > 0 else math.inf
+
+
+def install_seams(scheduler: Any, order: SchedulingPolicy | None, admission: AdmissionPolicy | None) -> None:
+    """Give a freshly initialised scheduler Switchboard's per-process state and
+    its schedule policy (the seam), after SGLang's ``init_schedule_policy``."""
+    s = scheduler
+    # NOTE: our own prefill-token clock. SGLang's processed_tokens_counter also
+    # grows on decode steps (a decode batch keeps the extend_num_tokens of its
+    # last prefill), so it is no token clock of prefill work.
+    s._switchboard_prefill_tokens = 0
+    layer = order.needs.hidden_state_layer if order is not None else None
+    s._switchboard_capture = (HiddenStateCapture(s.tp_worker.model_runner.model, layer)
+                              if layer is not None else None)
+    s._switchboard_gate = AdmissionGate(s, admission) if admission else None
+    # NOTE: gap recompute whenever the cache can hold gaps (+cache=penelope)
+    s._switchboard_gaps = GapRecomputeCounter() if hasattr(s.tree_cache, "gap_at") else None
+    s.policy = SwitchboardSchedulePolicy(
+        s.schedule_policy, s.tree_cache, s.enable_hierarchical_cache,
+        s.enable_priority_scheduling, s.schedule_low_priority_values_first,
+        order=order, gate=s._switchboard_gate,
+        prefill_clock=lambda: s._switchboard_prefill_tokens,
+        head_bounds=lambda running_batch: head_bounds(s, running_batch),
+    )
+    if s.policy._columnar:
+        # NOTE: not a size limit (no fallback at any queue length), but said once
+        log.info("switchboard: %s ranks queue columns; its full rules place the head this "
+                 "pass's PrefillAdder can reach (<= %d prefill tokens, <= allocatable requests), "
+                 "the rest of the queue follows its base order", type(order).__name__,
+                 max(int(s.max_prefill_tokens), int(s.chunked_prefill_size or 0)))
+
+
+def admit_on_arrival(scheduler: Any, req: Any) -> bool:
+    """Arrival checks, before any KV allocation; ``False`` = answered already."""
+    error = kv_fit_error(req, int(scheduler.max_total_num_tokens))
+    if error is not None:
+        reason = {"type": "abort", "status_code": HTTPStatus.BAD_REQUEST, "message": error}
+        scheduler.send_abort_output(sglang_scheduler._make_abort_req(req, reason), req)
+        return False
+    gate = scheduler._switchboard_gate
+    return gate is None or gate.on_arrival(req)
+
+
 def scheduler_class(order: SchedulingPolicy | None, admission: AdmissionPolicy | None,
                     feedback_log: str | None = None) -> type:
-    """A subclass of SGLang's ``Scheduler`` bound to the chosen policies."""
+    """A subclass of SGLang's ``Scheduler`` bound to the chosen policies; each
+    override calls SGLang's own method and one function of this module."""
     base = sglang_scheduler.Scheduler
     # NOTE: one scheduler per process, so one reporter per process.
     reporter = FinishReporter([p for p in (order, admission) if p is not None], feedback_log)
-    feature_layer = order.needs.hidden_state_layer if order is not None else None
     session_policies = [p for p in (order, admission) if isinstance(p, EndsSessions)]
 
     class SwitchboardScheduler(base):  # type: ignore[valid-type, misc]
@@ -88,47 +147,7 @@ def scheduler_class(order: SchedulingPolicy | None, admission: AdmissionPolicy |
 
         def init_schedule_policy(self) -> None:
             super().init_schedule_policy()
-            # NOTE: our own prefill-token clock. SGLang's processed_tokens_counter
-            # also grows on decode steps (a decode batch keeps the extend_num_tokens
-            # of its last prefill), so it is no token clock of prefill work.
-            self._switchboard_prefill_tokens = 0
-            self._switchboard_capture = (
-                HiddenStateCapture(self.tp_worker.model_runner.model, feature_layer)
-                if feature_layer is not None else None)
-            self._switchboard_gate = AdmissionGate(self, admission) if admission else None
-            # NOTE: gap recompute whenever the cache can hold gaps (+cache=penelope)
-            self._switchboard_gaps = GapRecomputeCounter() if hasattr(self.tree_cache, "gap_at") else None
-            self.policy = SwitchboardSchedulePolicy(
-                self.schedule_policy, self.tree_cache, self.enable_hierarchical_cache,
-                self.enable_priority_scheduling, self.schedule_low_priority_values_first,
-                order=order, gate=self._switchboard_gate,
-                prefill_clock=lambda: self._switchboard_prefill_tokens,
-                head_bounds=self._switchboard_head_bounds,
-            )
-            if self.policy._columnar:
-                # NOTE: not a size limit (no fallback at any queue length), but said once
-                log.info("switchboard: %s ranks queue columns; its full rules place the head this "
-                         "pass's PrefillAdder can reach (<= %d prefill tokens, <= allocatable requests), "
-                         "the rest of the queue follows its base order", type(order).__name__,
-                         max(int(self.max_prefill_tokens), int(self.chunked_prefill_size or 0)))
-
-        def _switchboard_head_bounds(self, running_batch: Any) -> tuple[int | None, float]:
-            """How far into the order this pass's PrefillAdder can get at most.
-
-            NOTE: the adder stops at the first request it cannot take (batch
-            full: ``get_num_allocatable_reqs``; token budget: SGLang's
-            ``max_prefill_tokens``, or the chunk size when larger). It walks past
-            requests only when it skips them (LoRA capacity, storage prefetch,
-            priority preemption), so with those features on, no bound is given
-            and the policy orders the whole queue.
-            """
-            if (self.enable_lora or self.enable_priority_preemption
-                    or getattr(self, "enable_hicache_storage", False) or getattr(self, "enable_lmcache", False)):
-                return None, math.inf
-            running_bs = len(running_batch.reqs) if running_batch is not None else 0
-            limit = max(0, int(self.get_num_allocatable_reqs(running_bs, running_batch=running_batch)))
-            budget = max(int(self.max_prefill_tokens), int(self.chunked_prefill_size or 0))
-            return limit, float(budget) if budget > 0 else math.inf
+            install_seams(self, order, admission)
 
         def run_batch(self, batch: Any, pp_proxy_tensors: Any = None) -> Any:
             mode = batch.forward_mode
@@ -158,19 +177,9 @@ def scheduler_class(order: SchedulingPolicy | None, admission: AdmissionPolicy |
             self.policy.forget(req)  # NOTE: a re-queued request is read afresh
             if not is_retracted and not getattr(req, CHECKED_ATTR, False):
                 setattr(req, CHECKED_ATTR, True)
-                if not self._switchboard_admit_on_arrival(req):
+                if not admit_on_arrival(self, req):
                     self._release_aborted_request(req)
                     return
             super()._add_request_to_queue(req, is_retracted)
-
-        def _switchboard_admit_on_arrival(self, req: Any) -> bool:
-            """Arrival checks, before any KV allocation; ``False`` = answered already."""
-            error = kv_fit_error(req, int(self.max_total_num_tokens))
-            if error is not None:
-                reason = {"type": "abort", "status_code": HTTPStatus.BAD_REQUEST, "message": error}
-                self.send_abort_output(sglang_scheduler._make_abort_req(req, reason), req)
-                return False
-            gate = self._switchboard_gate
-            return gate is None or gate.on_arrival(req)
 
     return SwitchboardScheduler
