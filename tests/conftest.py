@@ -35,3 +35,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         marker = TIER_MARKERS.get(tier)
         if marker is not None:
             item.add_marker(marker)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from tests.data import MARKER
+
+    config.addinivalue_line("markers", f"{MARKER}(*paths): reads trace data; missing, it fails under CI=true, "
+                                       "else skips (tests/data.py)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Trace data a test needs (``tests.data.needs_data``): checked before its fixtures load it."""
+    from tests.data import MARKER, check_data
+
+    for mark in item.iter_markers(MARKER):
+        check_data(mark.args)

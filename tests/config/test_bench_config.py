@@ -13,6 +13,7 @@ import pytest
 from bench.config import compose_bench, resolve_bench
 from bench.traces.paths import default_data_root
 from compose.config import ConfigError, group_options
+from tests.data import needs_data
 
 DOCUMENTED = [
     [],
@@ -65,10 +66,10 @@ def _bench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-needs_data = pytest.mark.skipif(not (default_data_root() / "mooncake").exists(), reason="no trace data")
+MOONCAKE_DATA = needs_data(default_data_root() / "mooncake")
 
 
-@needs_data
+@MOONCAKE_DATA
 def test_cli_writes_one_results_folder(tmp_path):
     proc = _bench(tmp_path, "trace.window_end_s=60", "+policy=lpm", "output.progress=false")
     assert proc.returncode == 0, proc.stderr
@@ -81,7 +82,7 @@ def test_cli_writes_one_results_folder(tmp_path):
     assert "| TTFT p99 |" in (run_dir / "summary.md").read_text()
 
 
-@needs_data
+@MOONCAKE_DATA
 def test_cli_multirun_sweeps_policies(tmp_path):
     proc = _bench(tmp_path, "-m", "+policy=fcfs,shortest_prefill", "trace.window_end_s=30",
                   "output.plots=false", "output.progress=false")

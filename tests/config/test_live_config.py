@@ -10,6 +10,7 @@ from bench.schema import LiveApi
 from bench.sim import CostModel, SimSettings
 from bench.traces.paths import default_data_root
 from compose.config import ConfigError
+from tests.data import needs_data
 
 
 def test_live_is_off_by_default_and_composes_from_the_command_line():
@@ -36,7 +37,7 @@ def test_live_mistakes_are_one_line(overrides, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
-@pytest.mark.skipif(not (default_data_root() / "azure_llm_2023").exists(), reason="no trace data")
+@needs_data(default_data_root() / "azure_llm_2023")
 def test_a_simulation_is_shaped_only_when_asked():
     def prepared(*overrides):
         s = resolve_bench(compose_bench(["trace=azure_conversation", "trace.window_end_s=30",
@@ -56,7 +57,7 @@ def test_a_simulation_is_shaped_only_when_asked():
         1 for r in plain.requests if r.input_tokens + r.output_tokens > 8191)
 
 
-@pytest.mark.skipif(not (default_data_root() / "mooncake").exists(), reason="no trace data")
+@needs_data(default_data_root() / "mooncake")
 def test_a_scale_the_trace_blocks_cannot_take_is_a_config_error():
     s = resolve_bench(compose_bench(["trace.window_end_s=10", "live.input_scale=0.03"]))
     cost = CostModel(s.accelerator, s.model_profile)

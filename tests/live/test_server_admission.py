@@ -1,24 +1,30 @@
 """max_queue admission in the live CPU server: 429 + Retry-After, nothing lost or hung;
-then a clean SIGTERM shutdown with no orphans."""
+then a SIGTERM shutdown within a short ``server.shutdown_grace_s`` with no orphans."""
 
 from __future__ import annotations
 
 import random
+import signal
 import threading
 
 import httpx
 import openai
-import psutil
 import pytest
 
 from bench.live.chat import client, loads, wait_for
 from tests.live.conftest import module_server
 from tests.live.harness import unique_prompt
+from tests.live.test_server_default import assert_stops_within_grace
 
 pytestmark = pytest.mark.server
 
+#: ``server.shutdown_grace_s``: shorter than SGLang's own exit on SIGTERM (> 8 s), so the stop is
+#: bounded by the supervisor's SIGKILL at the grace, not by SGLang.
+GRACE_S = 4.0
+
 server = module_server("model.dtype=float32", "+admission=max_queue", "admission.max_waiting=2",
-                       "admission.retry_after_s=2", "sglang.max_running_requests=1")
+                       "admission.retry_after_s=2", "sglang.max_running_requests=1",
+                       f"server.shutdown_grace_s={GRACE_S:g}")
 
 
 def chat_body(content: str, max_tokens: int, **extra) -> dict:
@@ -68,12 +74,5 @@ def test_past_max_waiting_requests_get_429_with_retry_after_and_admitted_ones_fi
     assert load["num_waiting_reqs"] == 0 and load["num_running_reqs"] == 0
 
 
-def test_sigterm_stops_every_sglang_process_within_15s(server):
-    procs = server.descendants()
-    names = " ".join(p.name() for p in procs)
-    assert len(procs) >= 3, names  # SGLang main, scheduler, detokenizer
-    elapsed = server.stop()
-    assert elapsed < 15, f"shutdown took {elapsed:.1f}s"
-    alive = [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    assert not alive, f"orphans: {[(p.pid, p.name()) for p in alive]}"
-    assert server.proc.returncode == 0
+def test_sigterm_stops_every_sglang_process_within_the_shutdown_grace(server):
+    assert_stops_within_grace(server, signal.SIGTERM, GRACE_S)

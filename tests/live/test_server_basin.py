@@ -1,11 +1,14 @@
 """Basin in the live CPU server: a 50-session burst, then 100 clients that hang up mid-stream.
 Nothing crashes or hangs, admitted sessions finish every turn, held ones are served later
-or refused with 429 + Retry-After, and afterwards SGLang holds no KV slot (no leak)."""
+or refused with 429 + Retry-After; at least ``MIN_SERVED`` disconnecting clients are served before they
+hang up, SGLang counts their aborts, and afterwards it holds no KV slot (no leak)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+import time
 
 import httpx
 import pytest
@@ -58,22 +61,65 @@ def test_burst_of_sessions_completes_or_is_refused_and_leaks_nothing(server):
     wait_for(lambda: no_kv_held(server.base_url), timeout=60, what="every KV slot free")
 
 
+#: SGLang's counter of client aborts (``TokenizerManager.abort_request``: a client that hangs up).
+ABORTED = "sglang:num_aborted_requests_total"
+CLIENTS = 100
+#: Served clients the disconnect test needs. NOTE: certain, not hoped for: Basin admits a new session
+#: whenever none is admitted (no deadlock) and holds the others up to ``max_wait_s`` = 40 s; every
+#: served client hangs up after its first chunk, SGLang aborts it (at most ~2 s later: its abort
+#: task) and the abort ends that one-request session, admitting the next in line. One admission
+#: per cycle of prefill + abort (< 4 s even on 2 busy cores) serves 10 within the 40 s. (Seen in
+#: December: all 100 served in 17 s, 100 aborts counted.)
+MIN_SERVED = 10
+
+
+def metric_total(base_url: str, name: str) -> float:
+    """Sum of a Prometheus series over its label sets (``/metrics``)."""
+    text = httpx.get(base_url + "/metrics", timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith((name + "{", name + " ")))
+
+
 def test_clients_that_disconnect_mid_stream_free_their_kv(server):
     rng = random.Random(7)
+    served: list[int] = []     # got their first chunk (sent once prefill produced a token), then hung up
+    refused: list[int] = []    # held past max_wait_s: 429 + Retry-After, nothing allocated
+    other: list[tuple] = []    # anything else is a failure
+    aborted_before = metric_total(server.base_url, ABORTED)
 
     async def hang_up(client: httpx.AsyncClient, i: int) -> None:
         body = {"model": "default", "stream": True, "max_tokens": 200, "ignore_eos": True,
                 "messages": [{"role": "user", "content": unique_prompt(rng, 10)}]}
         async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+            if r.status_code == 429:
+                if r.headers.get("retry-after") != "2":
+                    other.append((i, "Retry-After", r.headers.get("retry-after")))
+                refused.append(i)
+                return
             if r.status_code != 200:
-                return  # held too long and refused: nothing was allocated
-            async for _ in r.aiter_lines():
-                break  # first chunk, then the client is gone
+                other.append((i, r.status_code, (await r.aread())[:300]))
+                return
+            async for line in r.aiter_lines():
+                if line.startswith("data:"):
+                    chunk = json.loads(line[len("data:"):])
+                    if chunk.get("choices"):
+                        served.append(i)
+                    else:
+                        other.append((i, chunk))
+                    break  # the first chunk, then the client is gone
 
     async def crowd():
         async with httpx.AsyncClient(base_url=server.base_url, timeout=300) as client:
-            await asyncio.gather(*(hang_up(client, i) for i in range(100)))
+            await asyncio.gather(*(hang_up(client, i) for i in range(CLIENTS)))
 
+    t0 = time.monotonic()
     asyncio.run(asyncio.wait_for(crowd(), timeout=600))
-    wait_for(lambda: no_kv_held(server.base_url), timeout=120, what="every KV slot free after disconnects")
+    counts = (f"{len(served)} served then hung up, {len(refused)} refused, {len(other)} other of {CLIENTS} "
+              f"in {time.monotonic() - t0:.0f}s")
+    assert other == [], f"{counts}: {other[:5]}"
+    assert len(served) + len(refused) == CLIENTS, counts
+    assert len(served) >= MIN_SERVED, f"{counts}: expected at least {MIN_SERVED} served before hanging up"
+    wait_for(lambda: no_kv_held(server.base_url), timeout=120, what=f"every KV slot free after {counts}")
+    aborted = metric_total(server.base_url, ABORTED) - aborted_before
+    assert aborted >= len(served), f"{counts}, but SGLang counted only {aborted:g} client aborts ({ABORTED})"
     assert httpx.get(server.base_url + "/health", timeout=10).status_code == 200

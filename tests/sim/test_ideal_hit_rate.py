@@ -19,9 +19,10 @@ from bench.metrics import Slo, summarize
 from bench.sim import CostModel, SimSettings, build_simulator, records_of
 from bench.traces import load_trace
 from bench.traces.paths import default_data_root
+from tests.data import needs_data
 
 MOONCAKE = default_data_root() / "mooncake" / "conversation_trace.jsonl"
-pytestmark = pytest.mark.skipif(not MOONCAKE.exists(), reason=f"no trace data at {MOONCAKE}")
+pytestmark = needs_data(MOONCAKE)
 
 WINDOW_S = 900.0
 

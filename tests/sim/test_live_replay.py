@@ -13,6 +13,7 @@ from bench.report import summary_markdown
 from bench.run import run_bench
 from bench.schema import LiveApi, LiveConfig
 from bench.traces.paths import default_data_root
+from tests.data import needs_data
 from tests.sim.fake_server import FakeSGLang, Running
 from tests.sim.helpers import req, trace_of
 
@@ -91,7 +92,7 @@ def test_an_unreachable_server_or_a_wrong_vocabulary_stops_the_replay_before_any
         replay_live(shared_trace(), live(fake.url), HIGH)
 
 
-@pytest.mark.skipif(not (default_data_root() / "azure_llm_2023").exists(), reason="no trace data")
+@needs_data(default_data_root() / "azure_llm_2023")
 def test_run_bench_live_and_simulated_replay_the_same_shaped_requests(fake, tmp_path):
     overrides = ["trace=azure_conversation", "trace.window_end_s=60", "trace.time_scale=0.02",
                  "accelerator=cpu", "model_profile=smollm2-135m", "live.input_scale=0.0625",

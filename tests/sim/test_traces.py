@@ -18,9 +18,10 @@ from bench.traces.claude_code import load_claude_code, read_session, session_fil
 from bench.traces.mooncake import load_mooncake
 from bench.traces.paths import DATA_ROOT_ENV, default_data_root, resolve_data_root, resolve_trace_path
 from bench.traces.servegen import WINDOW_S, client_ids, load_servegen
+from tests.data import needs_data
 
 ROOT = default_data_root()
-pytestmark = pytest.mark.skipif(not (ROOT / "README.md").exists(), reason=f"no trace data at {ROOT}")
+pytestmark = needs_data(ROOT / "README.md")
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,44 @@
-"""A stand-in ``sgl_kernel`` for CPU-only machines (SGLang's own CPU-test approach).
+"""A strict stand-in ``sgl_kernel`` for CPU-only machines.
 
 The PyPI ``sglang-kernel`` wheel holds CUDA kernels only and fails to import
-without ``libcuda``; yet with ``SGLANG_USE_CPU_ENGINE=1`` SGLang imports it
-unconditionally. SGLang's CPU unit tests swap in a ``MagicMock`` module
-(``sglang.test.test_utils.maybe_stub_sgl_kernel``); this finder does the same
-for every process, before the first SGLang import. On the CPU path nothing in
-the stub is ever called (the model runs on SGLang's torch-native kernels).
+without ``libcuda``; yet with ``SGLANG_USE_CPU_ENGINE=1`` SGLang imports a few
+of its CPU kernels at module level, with no fallback. SGLang's own CPU tests
+swap in a ``MagicMock`` module (``sglang.test.test_utils.maybe_stub_sgl_kernel``);
+that answers *every* name and turns each missing kernel into a silent no-op.
+This stand-in is strict instead:
+
+* it provides exactly the names in :data:`PROVIDED`, which SGLang imports
+  unguarded; each is a :class:`StandInKernel` whose *call* raises
+  :class:`StandInKernelCalled` naming the kernel (on the CPU path nothing calls
+  them: the model runs on SGLang's torch-native kernels);
+* the names in :data:`DECLINED` SGLang imports inside ``try/except ImportError``:
+  they are refused on purpose, so SGLang takes its own no-kernel fallback;
+* any other attribute raises ``AttributeError`` (``from sgl_kernel import x``:
+  ``ImportError``) naming it, and any other submodule ``ModuleNotFoundError``.
+
+Its ``__file__`` is :data:`LOCATION`, not a path: Python's ``cannot import name
+... from 'sgl_kernel' (...)`` then points here. ``torch.ops.sgl_kernel``
+is not registered (SGLang probes it with ``hasattr`` and takes its non-AMX
+path; models that need those ops at import are skipped by SGLang's registry,
+as without the stand-in).
+
+How :data:`PROVIDED` and :data:`DECLINED` were produced (SGLang 0.5.23,
+December): a temporary recording stand-in (MagicMock modules that appended
+every module import, module-attribute lookup, child-attribute lookup and call,
+with the importing SGLang module and line, to a file) was installed through
+``sitecustomize`` in every SGLang process of two real CPU servers
+(``model.dtype=float32``, and ``+policy=leap +admission=basin +cache=lru``),
+each serving two chats, one ``/generate``, one streamed chat and ``/metrics``,
+and in the whole ``tests/seams`` tier. Per server start it saw, in 3 processes
+and all at import, 266 module-attribute lookups and 30 lookups on the returned
+objects, and no call of anything SGLang imported: 108 lookups were the stdlib's
+``inspect`` reading ``__file__`` (the only calls were on that value), 108 were
+``scalar_type.ScalarType``/``scalar_types`` (guarded), 2 ``rmsnorm`` (guarded)
+and 48 the 8 ``*_cpu`` kernels below (twice per process); ``allreduce`` was
+imported as a module (guarded). The seams tier (no ``SGLANG_USE_CPU_ENGINE``)
+touched only ``sgl_kernel.scalar_type``. Re-record after an SGLang upgrade; an unguarded
+name SGLang newly imports fails the import with a message naming it
+(``tests/seams/test_stub.py`` imports what the server imports).
 
 NOTE: install only on CPU; on a CUDA machine the real ``sgl_kernel`` is used.
 """
@@ -16,9 +49,82 @@ import importlib.abc
 import importlib.machinery
 import sys
 from types import ModuleType
-from unittest.mock import MagicMock
+from typing import Any, NoReturn
 
 STUBBED_TOP_LEVEL = ("sgl_kernel",)
+
+#: Module -> names SGLang imports from it unguarded on the CPU engine path
+#: (``if _is_cpu: from sgl_kernel import ...``), with the importing module.
+#: Each becomes a :class:`StandInKernel` that raises when called.
+PROVIDED: dict[str, dict[str, str]] = {
+    "sgl_kernel": {
+        "assign_draft_cache_locs_contiguous_cpu": "sglang.kernels.ops.speculative.cache_locs",
+        "assign_extend_cache_locs_cpu": "sglang.kernels.ops.speculative.cache_locs",
+        "assign_req_to_token_pool_cpu": "sglang.srt.mem_cache.allocation",
+        "build_tree_kernel_efficient_cpu": "sglang.kernels.ops.speculative.spec_tree",
+        "copy_all_layer_kv_cache_cpu": "sglang.kernels.ops.kvcache.cache_move",
+        "fill_accept_out_cache_loc_cpu": "sglang.kernels.ops.speculative.eagle",
+        "fill_bonus_tokens_cpu": "sglang.kernels.ops.speculative.eagle",
+        "verify_tree_greedy_cpu": "sglang.kernels.ops.speculative.spec_tree",
+    },
+}
+
+#: Names (attributes or submodules) SGLang looks up at import inside
+#: ``try/except ImportError``: refused, so SGLang runs its own fallback.
+DECLINED: dict[str, str] = {
+    "sgl_kernel.rmsnorm": "sglang.srt.models.inkling_common.norm then uses torch's rms_norm",
+    "sgl_kernel.scalar_type": "sglang.srt.layers.quantization.utils then uses its mock scalar types",
+    "sgl_kernel.allreduce": "sglang.srt.distributed.device_communicators.custom_all_reduce_ops then disables "
+                            "custom all-reduce",
+}
+
+_WHERE = "server/sglang/launch/stub.py"
+#: ``__file__`` of the stand-in modules (not a path: nothing reads files from it).
+LOCATION = f"<sgl_kernel stand-in: {_WHERE}>"
+
+
+class StandInKernelCalled(RuntimeError):
+    """A stand-in kernel was called: the CPU path needs a kernel the stand-in cannot run."""
+
+
+class StandInKernel:
+    """A name SGLang imports from ``sgl_kernel``; calling it raises, naming it."""
+
+    def __init__(self, module: str, name: str) -> None:
+        # NOTE: the names a function carries (functools.wraps, inspect, pickle read them).
+        self.__dict__.update(__module__=module, __name__=name, __qualname__=name)
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.__module__}.{self.__name__}"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise StandInKernelCalled(
+            f"sgl_kernel stand-in: '{self.qualified_name}' was called, but the CPU stand-in has no kernels "
+            f"(it only satisfies SGLang's imports; see {_WHERE})")
+
+    def __getattr__(self, attr: str) -> NoReturn:
+        raise AttributeError(f"sgl_kernel stand-in: '{self.qualified_name}' is a stand-in kernel with no "
+                             f"attribute {attr!r} ({_WHERE})")
+
+    def __repr__(self) -> str:
+        return f"<sgl_kernel stand-in {self.qualified_name}>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # NOTE: pickled by reference, like the function it stands in for.
+        return (_lookup, (self.__module__, self.__name__))
+
+
+def _lookup(module: str, name: str) -> Any:
+    return getattr(importlib.import_module(module), name)
+
+
+def _refusal(qualified: str) -> str:
+    if qualified in DECLINED:
+        return (f"sgl_kernel stand-in: '{qualified}' is refused on purpose: "
+                f"{DECLINED[qualified]} ({_WHERE} DECLINED)")
+    return (f"sgl_kernel stand-in: '{qualified}' is not provided; the CPU stand-in holds only the names "
+            f"SGLang imports unguarded ({_WHERE} PROVIDED)")
 
 
 class _StubLoader(importlib.abc.Loader):
@@ -27,18 +133,27 @@ class _StubLoader(importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         name = module.__name__
-        module.__getattr__ = lambda attr: MagicMock(name=f"{name}.{attr}")  # type: ignore[method-assign]
+        module.__file__ = LOCATION
+        for attr in PROVIDED.get(name, {}):
+            setattr(module, attr, StandInKernel(name, attr))
+
+        def __getattr__(attr: str) -> NoReturn:
+            raise AttributeError(_refusal(f"{name}.{attr}"), name=attr, obj=module)
+
+        module.__getattr__ = __getattr__  # type: ignore[method-assign]
 
 
 class _StubFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path, target=None):  # type: ignore[no-untyped-def]
-        if fullname.split(".")[0] in STUBBED_TOP_LEVEL:
-            return importlib.machinery.ModuleSpec(fullname, _StubLoader(), is_package=True)
-        return None
+        if fullname.split(".")[0] not in STUBBED_TOP_LEVEL:
+            return None
+        if fullname not in STUBBED_TOP_LEVEL and fullname not in PROVIDED:
+            raise ModuleNotFoundError(_refusal(fullname), name=fullname)
+        return importlib.machinery.ModuleSpec(fullname, _StubLoader(), is_package=True)
 
 
 def install_sgl_kernel_stub() -> None:
-    """Serve stub modules for ``sgl_kernel`` in this process (idempotent)."""
+    """Serve the stand-in ``sgl_kernel`` in this process (idempotent)."""
     if not any(isinstance(f, _StubFinder) for f in sys.meta_path):
         for name in [m for m in sys.modules if m.split(".")[0] in STUBBED_TOP_LEVEL]:
             del sys.modules[name]
