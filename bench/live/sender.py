@@ -9,7 +9,9 @@ Times are seconds on ``clock`` (``time.perf_counter``, bench_serving's clock)
 from the replay's origin ``t0``. Every request runs in its own task, so a slow
 answer never delays another request's send. One dispatcher starts the roots'
 tasks in trace order, so roots with equal times (Mooncake's come in 3 s steps)
-reach the server in trace order, as the simulator admits them.
+are handed to ``send`` in trace order, as the simulator admits them. NOTE:
+each then opens its own connection, so the server may see requests of one
+instant milliseconds apart in another order (under CPU load it does).
 """
 
 from __future__ import annotations

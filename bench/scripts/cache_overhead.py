@@ -28,30 +28,30 @@ import json
 import random
 import time
 from array import array
-from datetime import datetime, timezone
-from pathlib import Path
+from collections.abc import Callable
+from datetime import UTC, datetime
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 from server.sglang.launch.stub import install_sgl_kernel_stub
 
 install_sgl_kernel_stub()  # NOTE: before SGLang is imported (no libcuda here)
 
-import torch  # noqa: E402
-from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator  # noqa: E402
-from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams  # noqa: E402
-from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
-from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey  # noqa: E402
-from sglang.srt.mem_cache.registry import create_unified_radix_cache  # noqa: E402
-from sglang.srt.mem_cache.unified_cache.components import ComponentType  # noqa: E402
-from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache  # noqa: E402
-from sglang.srt.runtime_context import SpawnRanks, publish, reset_context  # noqa: E402
-from sglang.srt.server_args import ServerArgs  # noqa: E402
+import torch
+from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
+from sglang.srt.mem_cache.registry import create_unified_radix_cache
+from sglang.srt.mem_cache.unified_cache.components import ComponentType
+from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+from sglang.srt.runtime_context import SpawnRanks, publish, reset_context
+from sglang.srt.server_args import ServerArgs
 
-from bench.scripts.common import add_output_args, git_commit  # noqa: E402
-from policies.cache.lru import LruPolicy  # noqa: E402
-from policies.cache.penelope import PenelopePolicy  # noqa: E402
-from server.sglang.cache.gap_cache import GapRadixCache, duplicate_ranges  # noqa: E402
+from bench.scripts.common import add_output_args, git_commit
+from policies.cache.lru import LruPolicy
+from policies.cache.penelope import PenelopePolicy
+from server.sglang.cache.gap_cache import GapRadixCache, duplicate_ranges
 
 
 def workload(sessions: int, turns: int, system: int, seed: int) -> list[tuple[array, int]]:
@@ -165,7 +165,7 @@ def render(rows: dict, args: argparse.Namespace, num_turns: int, num_tokens: int
     lines = ["# Prefix-cache operation overhead", "",
              f"Produced by `python -m bench.scripts.cache_overhead --sessions {args.sessions} --turns "
              f"{args.turns} --system {args.system} --pool {args.pool} --repeat {args.repeat} --seed {args.seed}` "
-             f"at commit {git_commit()} ({datetime.now(timezone.utc):%Y-%m-%d}), one process, one thread, "
+             f"at commit {git_commit()} ({datetime.now(UTC):%Y-%m-%d}), one process, one thread, "
              f"on a 2-core CPU machine (others' jobs running). {num_turns} turns, {num_tokens:,} tokens "
              "inserted; each turn = `match_prefix` + `insert` (+ `evict` when the pool is short). "
              "Best of the repeats. `sglang default` = what `create_unified_radix_cache` builds "

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.config import compose_bench, resolve_bench
@@ -102,7 +102,7 @@ def render(table: dict, spread: dict, wall_s: float) -> str:
     labels = [label for label, _ in POLICIES]
     lines = ["# Penelope vs tail-first eviction (simulator)", "",
              f"Produced by `python -m bench.scripts.penelope` at commit {git_commit()} "
-             f"({datetime.now(timezone.utc):%Y-%m-%d}, {wall_s / 60:.0f} min). One H100 with "
+             f"({datetime.now(UTC):%Y-%m-%d}, {wall_s / 60:.0f} min). One H100 with "
              "Llama-3.1-8B (roofline cost model: compare rows, not absolute numbers); "
              f"Claude Code agent sessions, {SESSIONS} sessions starting at {SESSION_RATE}/s, "
              "closed-loop with recorded think times. Host tier (rows `+host`): "

@@ -16,7 +16,6 @@ module                    mirrors (SGLang 0.5.23)
 from __future__ import annotations
 
 from array import array
-from typing import Optional
 
 import numpy as np
 
@@ -24,7 +23,6 @@ from bench.metrics import RequestRecord, Timeline
 from bench.sim.cache import PrefixCache
 from bench.sim.cost import CostModel
 from bench.sim.engine import SimulationError, Simulator
-from bench.sim.host_tier import HostTier
 from bench.sim.queue import WaitingQueue
 from bench.sim.request import Phase, SimRequest
 from bench.sim.settings import SimSettings
@@ -49,16 +47,15 @@ __all__ = ["BINDINGS", "CostModel", "SimSettings", "Simulator", "SimulationError
 
 
 def build_simulator(trace: Trace, cost: CostModel, settings: SimSettings, *,
-                    order: Optional[SchedulingPolicy] = None,
-                    eviction: Optional[EvictionPolicy] = None,
-                    admission: Optional[AdmissionPolicy] = None) -> Simulator:
+                    order: SchedulingPolicy | None = None,
+                    eviction: EvictionPolicy | None = None,
+                    admission: AdmissionPolicy | None = None) -> Simulator:
     """A simulator for ``trace``; a kind left ``None`` behaves as stock SGLang
     (queue kept in arrival order, LRU eviction, every request admitted). With
     ``settings.host_tier_tokens > 0`` the cache gets a host tier of that size."""
     policy = eviction if eviction is not None else LruPolicy()
-    host = HostTier(settings.host_tier_tokens, settings.host_bandwidth_gbs) \
-        if settings.host_tier_tokens > 0 else None
-    cache = PrefixCache(max(trace.block_size, 1), policy, host=host)
+    cache = PrefixCache(max(trace.block_size, 1), policy, host_tier_tokens=settings.host_tier_tokens,
+                        host_bandwidth_gbs=settings.host_bandwidth_gbs)
     queue = WaitingQueue(cache, order, in_batch_threshold=settings.in_batch_threshold,
                          native_queue_limit=settings.native_queue_limit,
                          touch=settings.touch_waiting, builtin_lru=eviction is None)

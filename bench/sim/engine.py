@@ -36,7 +36,7 @@ capacity`` at all times, and ``private_tokens`` is the sum over requests.
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 from bench.sim.admission import AdmissionGate
 from bench.sim.arrivals import Arrivals
@@ -61,15 +61,15 @@ class Simulator:
 
     def __init__(self, trace: Trace, cost: CostModel, settings: SimSettings, *,
                  queue: WaitingQueue, cache: PrefixCache,
-                 admission: Optional[AdmissionPolicy] = None,
-                 on_sample: Optional[Callable[["Simulator"], None]] = None,
-                 on_final: Optional[Callable[[SimRequest], None]] = None,
+                 admission: AdmissionPolicy | None = None,
+                 on_sample: Callable[[Simulator], None] | None = None,
+                 on_final: Callable[[SimRequest], None] | None = None,
                  observers: Sequence[ObservesFinished] = ()) -> None:
         self.trace, self.cost, self.s = trace, cost, settings
         self.cache, self.queue = cache, queue
         self.gate = AdmissionGate(admission, settings.capacity) if admission is not None else None
         self.running = RunningBatch()
-        self.chunked: Optional[SimRequest] = None
+        self.chunked: SimRequest | None = None
         self.requests: dict[str, SimRequest] = {}
         self.now = 0.0
         self.private_tokens = 0
@@ -95,7 +95,7 @@ class Simulator:
     @property
     def free_tokens(self) -> int:
         """Pool slots neither cached nor held by a request."""
-        return self.s.capacity - self.cache.tree_tokens - self.private_tokens
+        return self.s.capacity - self.cache.tree.tree_tokens - self.private_tokens
 
     def _ensure_free(self, n: int) -> bool:
         """Evict until ``n`` slots are free; whether that worked."""
@@ -186,7 +186,7 @@ class Simulator:
             self.on_final(r)
 
     # ----------------------------------------------------------------- prefill
-    def _prefill_pass(self) -> Optional[PrefillAdder]:
+    def _prefill_pass(self) -> PrefillAdder | None:
         if not self.running:
             self.batch_is_full = False
         if (self.batch_is_full or not self.queue) and self.chunked is None:
@@ -278,8 +278,7 @@ class Simulator:
             self._gaps.clear()
             extra_s = 0.0
             if restored:
-                assert self.cache.host is not None
-                extra_s = self.cache.host.restore_s(restored, self.cost.kv_bytes_per_token)
+                extra_s = self.cache.restore_s(restored, self.cost.kv_bytes_per_token)
             self.now += self.cost.prefill_time(pairs, gaps, extra_s) if gaps or extra_s \
                 else self.cost.prefill_time(pairs)
         else:

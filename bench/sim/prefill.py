@@ -25,7 +25,6 @@ such a request then only waits for a pass it leads, not for a smaller gap).
 from __future__ import annotations
 
 import enum
-from typing import Optional
 
 from bench.sim.cache import PrefixCache
 from bench.sim.request import SimRequest
@@ -43,8 +42,8 @@ class PrefillAdder:
     """Admits requests into one prefill batch (see module docs)."""
 
     def __init__(self, cache: PrefixCache, free_tokens: int, running_offset: float, *,
-                 rem_input: int, rem_chunk: Optional[int], page_size: int, clip: int,
-                 max_requests: Optional[int]) -> None:
+                 rem_input: int, rem_chunk: int | None, page_size: int, clip: int,
+                 max_requests: int | None) -> None:
         self.cache = cache
         self.free_tokens = free_tokens
         """Unallocated pool slots (nothing is allocated during the pass)."""
@@ -57,7 +56,7 @@ class PrefillAdder:
         self.max_requests = max_requests
         self.batch: list[tuple[SimRequest, int]] = []
         """Admitted requests and the tokens each extends this pass."""
-        self.new_chunked: Optional[SimRequest] = None
+        self.new_chunked: SimRequest | None = None
 
     @property
     def remaining_total(self) -> float:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from operator import attrgetter
-from typing import Optional
 
 from bench.sim.cache import Node, PrefixCache
 from bench.sim.request import SimRequest
@@ -59,7 +58,7 @@ def _discard(index: dict[int, set[SimRequest]], key: int, r: SimRequest) -> None
 class WaitingQueue:
     """SGLang's waiting queue with an order policy (see module docs)."""
 
-    def __init__(self, cache: PrefixCache, policy: Optional[SchedulingPolicy], *,
+    def __init__(self, cache: PrefixCache, policy: SchedulingPolicy | None, *,
                  in_batch_threshold: int = 32, native_queue_limit: bool = True,
                  touch: bool = True, builtin_lru: bool = True) -> None:
         self.cache = cache

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import enum
 from array import array
-from typing import Optional
 
 from bench.sim.cache import Node
 from bench.traces.trace import TraceRequest
@@ -60,7 +59,7 @@ class SimRequest:
         self.rid = trace.rid
         self.input_len = trace.input_tokens
         self.output_len = trace.output_tokens
-        self.blocks: Optional[array] = trace.block_ids
+        self.blocks: array | None = trace.block_ids
         self.arrival_s = arrival_s
         """When the client sent it (for closed-loop requests: release time)."""
         self.seq = -1
@@ -73,29 +72,29 @@ class SimRequest:
         self.num_output = 0
         # prefix match (kept current while waiting)
         self.match_blocks = 0
-        self.match_node: Optional[Node] = None
+        self.match_node: Node | None = None
         self.match_tokens = 0
         self.dirty = True
-        self.waiter_node: Optional[Node] = None
+        self.waiter_node: Node | None = None
         # while prefilling / running
-        self.lock_node: Optional[Node] = None
+        self.lock_node: Node | None = None
         self.inserted_blocks = 0
         self.computed = 0
         self.private_tokens = 0
         self.decode_from = 0
         # results
-        self.first_token_s: Optional[float] = None
-        self.finish_s: Optional[float] = None
-        self.cached_first: Optional[int] = None
+        self.first_token_s: float | None = None
+        self.finish_s: float | None = None
+        self.cached_first: int | None = None
         self.prefill_tokens = 0
         self.retractions = 0
         self.segments: list[tuple[float, int, int]] = []
         """Per prefill: (time its token came out, first decode step, end step)."""
-        self.view: Optional[RequestView] = None
+        self.view: RequestView | None = None
         self.dup = False
         self.path: tuple[int, ...] = ()
         self.reject_reason = ""
-        self.features: Optional[tuple[float, ...]] = None
+        self.features: tuple[float, ...] | None = None
         """What a LEAP host captures at prefill (simulated: settings.length_signal)."""
 
     @property

@@ -15,23 +15,25 @@ from hypothesis import strategies as st
 
 from .sglang_env import cache_params, make_pools, make_req, publish_test_server_args
 
-from sglang.srt.mem_cache.base_prefix_cache import (  # noqa: E402
+# isort: split
+# (SGLang only after .sglang_env, which installs the sgl_kernel stub)
+from sglang.srt.mem_cache.base_prefix_cache import (
     EvictParams,
     InsertParams,
     MatchPrefixParams,
 )
-from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey  # noqa: E402
+from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
 
-from policies.cache.lru import LruPolicy  # noqa: E402
-from policies.cache.penelope import PenelopePolicy  # noqa: E402
-from server.sglang.launch import contract  # noqa: E402
-from server.sglang.cache.gap_cache import (  # noqa: E402
+from policies.cache.lru import LruPolicy
+from policies.cache.penelope import PenelopePolicy
+from server.sglang.cache.gap_cache import (
     GAP_CACHE_BACKEND,
     GAP_CACHE_SYMBOLS,
     GapRadixCache,
     duplicate_ranges,
     register_gap_cache,
 )
+from server.sglang.launch import contract
 
 S = list(range(100, 120))   # shared system prompt, 20 tokens
 A1, A2, A3 = list(range(200, 230)), list(range(300, 330)), list(range(500, 530))

@@ -10,13 +10,15 @@ import torch
 
 from .sglang_env import cache_params, make_pools, make_req, publish_test_server_args
 
-from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams  # noqa: E402
-from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
+# isort: split
+# (SGLang only after .sglang_env, which installs the sgl_kernel stub)
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
+from sglang.srt.mem_cache.radix_cache import RadixKey
 
-from policies.cache import EvictionNeeds  # noqa: E402
-from policies.cache.penelope import PenelopePolicy  # noqa: E402
-from server.sglang.cache.gap_cache import GapRadixCache, duplicate_ranges  # noqa: E402
-from server.sglang.cache.gap_prefill import GAP_CHUNK_ATTR, gap_chunk_limit, gap_end  # noqa: E402
+from policies.cache import EvictionNeeds
+from policies.cache.penelope import PenelopePolicy
+from server.sglang.cache.gap_cache import GapRadixCache, duplicate_ranges
+from server.sglang.cache.gap_prefill import GAP_CHUNK_ATTR, gap_chunk_limit, gap_end
 
 S = list(range(100, 120))   # shared system prompt, 20 tokens
 A1, A2, A3 = list(range(200, 230)), list(range(300, 330)), list(range(500, 530))

@@ -15,12 +15,14 @@ from hypothesis import strategies as st
 from .sglang_env import cache_params, make_pools, make_req
 from .test_gap_cache import POOL, Harness, key, op, sessions
 
-from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator  # noqa: E402
-from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams  # noqa: E402
-from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool  # noqa: E402
+# isort: split
+# (SGLang only after .sglang_env, which installs the sgl_kernel stub)
+from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
 
-from policies.cache.penelope import PenelopePolicy  # noqa: E402
-from server.sglang.cache.gap_cache import GapRadixCache, duplicate_ranges  # noqa: E402
+from policies.cache.penelope import PenelopePolicy
+from server.sglang.cache.gap_cache import GapRadixCache, duplicate_ranges
 
 LAYERS = 2
 
@@ -94,7 +96,7 @@ def test_front_of_a_history_is_restored_from_host_byte_for_byte():
     assert cache.evict(EvictParams(num_tokens=30)).num_tokens_evicted == len(A1)
     assert allocator.available_size() == free_before + len(A1)  # slots really freed
     assert matched(cache, S + A1 + A2) == len(S)  # a gap at A1, the tail A2 kept
-    assert cache.host.used == len(A1) == cache.host.stored_tokens
+    assert cache.tree.host.used == len(A1) == cache.tree.host.num_stored_tokens
     # the freed slots get reused by someone else: garbage in them
     junk = allocator.alloc(allocator.available_size())
     for layer in range(LAYERS):
@@ -104,7 +106,7 @@ def test_front_of_a_history_is_restored_from_host_byte_for_byte():
     req = request("a3", S + A1 + A2 + [7, 8])
     assert cache.restore_host_segments(req) == len(A1)
     assert matched(cache, S + A1 + A2 + [7, 8]) == len(S + A1 + A2)
-    assert cache.host.used == 0 and cache.host.restored_tokens == len(A1)
+    assert cache.tree.host.used == 0 and cache.tree.host.num_restored_tokens == len(A1)
     assert_tree_rows_exact(cache, pool)
     cache.tree.check()
     assert cache.restore_host_segments(req) == 0  # nothing left to restore
@@ -114,7 +116,7 @@ def test_a_whole_history_stays_as_hollow_keys_with_its_copy_and_comes_back():
     cache, allocator, pool = make_host_cache({}, 256, 1000)
     insert(cache, allocator, pool, S + A1 + A2, "a")
     cache.evict(EvictParams(num_tokens=len(S + A1 + A2)))
-    assert cache.total_size() == 0 and cache.host.used == len(S + A1 + A2)
+    assert cache.total_size() == 0 and cache.tree.host.used == len(S + A1 + A2)
     assert len(list(cache.tree.nodes())) >= 1  # keys kept: restorable, not pruned
     cache.tree.check()
     req = request("a2", S + A1 + A2 + [5])
@@ -128,11 +130,11 @@ def test_a_full_tier_drops_the_oldest_copy_and_prunes_what_it_leaves_useless():
     insert(cache, allocator, pool, S + A1, "a")
     insert(cache, allocator, pool, S + B1, "b")
     cache.evict(EvictParams(num_tokens=len(S + A1 + B1)))
-    assert cache.host.used <= 50
+    assert cache.tree.host.used <= 50
     cache.tree.check()
     # private histories first, a's (older) first: b's copy pushed a's out, and
     # a's keys went with it; the shared S fits next to b's
-    assert cache.host.used == len(S + B1) == 50
+    assert cache.tree.host.used == len(S + B1) == 50
     assert cache.restore_host_segments(request("a", S + A1 + [1])) == len(S)
     assert matched(cache, S + A1) == len(S)
     assert cache.restore_host_segments(request("b", S + B1 + [1])) == len(B1)
@@ -146,7 +148,7 @@ def test_a_match_ending_inside_a_host_copy_splits_it():
     req = request("a-part", S + A1[:15] + [77, 78])  # diverges inside A1
     assert cache.restore_host_segments(req) == len(S) + 15
     assert matched(cache, S + A1[:15] + [77]) == len(S) + 15
-    assert cache.host.used == len(A1) - 15  # the rest of A1 stays on the host
+    assert cache.tree.host.used == len(A1) - 15  # the rest of A1 stays on the host
     cache.tree.check()
     assert_tree_rows_exact(cache, pool)
     assert cache.restore_host_segments(request("a-rest", S + A1 + [1])) == len(A1) - 15
@@ -180,10 +182,11 @@ class HostHarness(Harness):
 
     def check(self):
         super().check()
-        host = self.cache.host
-        live = [n.host for n in self.cache.tree.nodes() if n.host is not None]
+        host = self.cache.tree.host
+        live = [n.host_copy for n in self.cache.tree.nodes() if n.host_copy is not None]
         assert all(c.live for c in live) and sum(c.tokens for c in live) == host.used <= host.capacity
-        assert host.copies == len(live)
+        assert host.num_copies == self.cache.host.num_live == len(live)
+        assert all(n.on_host == (n.host_copy is not None) for n in self.cache.tree.nodes())
         assert_tree_rows_exact(self.cache, self.pool)
 
 

@@ -115,7 +115,14 @@ def test_run_bench_live_and_simulated_replay_the_same_shaped_requests(fake, tmp_
         assert (tmp_path / "live" / name).stat().st_size > 0
 
 
-def test_same_time_requests_reach_the_server_in_trace_order(fake):
+def test_arrival_instants_reach_the_server_in_trace_order(fake):
+    """Three instants of 12 requests each: every request arrives once, and the
+    instants arrive in order. NOTE: within one instant the 12 requests are
+    handed to the client in trace order (``test_live_sender``), but each opens
+    its own connection, so the server may see them milliseconds apart in
+    another order (seen under CPU load); the replay does not serialize them."""
     trace = trace_of([req(f"r{i:02d}", 0.1 * (i // 12), 20 + i, 2) for i in range(36)])
     replay_live(trace, live(fake.url, api=LiveApi.generate, warmup_requests=0), HIGH)
-    assert [len(s.body["input_ids"]) - 20 for s in fake.fake.seen] == list(range(36))
+    seen = [len(s.body["input_ids"]) - 20 for s in fake.fake.seen]
+    assert sorted(seen) == list(range(36))
+    assert [i // 12 for i in seen] == sorted(i // 12 for i in seen), seen

@@ -1,5 +1,5 @@
-"""Penelope (``+cache=penelope``): the pure order, the simulator cache's gaps
-(hollow nodes) and host tier, and the engine recomputing only the gap."""
+"""Penelope (``+cache=penelope``): the pure order, the simulator cache's gap
+refill (``fill_path``) and the engine recomputing only the gap."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from hypothesis import strategies as st
 
 from bench.config import compose_bench, resolve_bench
 from bench.sim import CostModel, build_simulator
-from bench.sim.cache import Node, PrefixCache
-from bench.sim.host_tier import HostTier
+from bench.sim.cache import PrefixCache
 from bench.sim.request import FINAL, Phase
-from policies.cache import BlockView, EvictionPolicy
+from policies.cache import BlockView, EvictionNeeds, EvictionPolicy
 from policies.cache.lfu import LfuPolicy
 from policies.cache.lru import LruPolicy
 from policies.cache.penelope import PenelopePolicy
-from tests.sim.helpers import LinearCost, req, settings as sim_settings, trace_of
+from tests.sim.helpers import LinearCost, req, trace_of
+from tests.sim.helpers import settings as sim_settings
 from tests.sim.test_sim_invariants import workloads
 
 
@@ -73,157 +73,41 @@ def test_position_weight_lets_a_recent_front_go_before_an_older_tail():
 
 
 # ------------------------------------------------------------ the cache with gaps
-def chain_cache(policy=None, host=None) -> tuple[PrefixCache, Node, Node, Node]:
-    """System prompt [1] shared by two sessions, then session A's turns [2], [3]."""
-    c = PrefixCache(4, policy or PenelopePolicy(system_prompt_tokens=4), host=host)
-    c.insert(blocks(1, 2), 8, now=0.0, session="A")
-    c.insert(blocks(1, 9), 8, now=0.5, session="B")
-    c.insert(blocks(1, 2, 3), 12, now=1.0, session="A")
-    _, n3 = c.match(blocks(1, 2, 3), now=1.0, touch=False)
-    n2 = n3.parent
-    assert n2 is not None and n2.parent is not None
-    return c, n2.parent, n2, n3
+# (the tree's gaps and host tier: tests/policies/test_gap_tree.py)
+class EvictBlocksAt:
+    """A test policy: frees the blocks starting at the given token positions first (interior too)."""
+
+    needs = EvictionNeeds(interior=True)
+
+    def __init__(self, *starts: int) -> None:
+        self.starts = starts
+
+    def rank(self, block):
+        return (0.0 if block.prefix_len in self.starts else 1.0, float(block.prefix_len))
 
 
-def test_penelope_hollows_the_front_of_a_history_and_keeps_its_tail():
-    c, system, front, tail = chain_cache()
-    assert c.view(system).num_sessions == 2
-    assert c.evict(4) == 4  # B's [9] is older (0.5) than A's path (1.0): it goes first
-    assert c.match(blocks(1, 9), now=2.0, touch=False)[0] == 1
-    assert c.evict(4) == 4
-    assert front.hollow and not tail.hollow and not system.hollow
-    assert c.tree_tokens == 8 and c.hollow_tokens(tail) == 4
-    k, node = c.match(blocks(1, 2, 3, 7), now=3.0)
-    assert (k, node) == (3, tail)  # keys stay: the match runs through the gap
-    c.check()
-    c.lock(tail)
-    gaps, restored = c.fill_path(tail)
-    assert gaps == [(4, 4)] and restored == 0 and not front.hollow and c.tree_tokens == 12
-    c.unlock(tail)
-    c.check()
-
-
-def test_lru_stays_tail_first_and_never_hollows():
-    c, system, front, tail = chain_cache(policy=LruPolicy())
-    c.evict(8)
-    assert not any(n.hollow for n in c.nodes())
-    assert c.match(blocks(1, 2, 3), now=9.0, touch=False)[0] == 2  # [3] went, [2] stayed
-
-
-def test_a_hollow_history_whose_tail_goes_is_removed_whole():
-    c, system, front, tail = chain_cache()
-    c.evict(8)  # B's [9], then A's front [2]
-    assert front.hollow
-    c.evict(4)  # A's tail: nothing useful is left of A's path
-    assert not front.attached and not tail.attached and system.attached
-    assert c.match(blocks(1, 2, 3), now=9.0, touch=False)[0] == 1
-    c.check()
-
-
-def test_host_tier_keeps_freed_leaves_restorable_and_drops_the_oldest():
-    host = HostTier(capacity=8, bandwidth_gbs=1.0)
-    c, system, front, tail = chain_cache(policy=LruPolicy(), host=host)
-    c.evict(4)  # B's [9] -> host
-    c.evict(4)  # A's [3] (leaf) -> host
-    assert host.used == 8 and tail.hollow and tail.on_host
-    c.evict(4)  # A's [2] (now a leaf of KV) -> host; B's [9] is dropped and removed
-    assert host.used == 8 and front.on_host
-    assert c.match(blocks(1, 9), now=9.0, touch=False)[0] == 1
-    c.check()
-    c.lock(tail)
-    gaps, restored = c.fill_path(tail)
-    assert gaps == [] and restored == 8 and host.used == 0 and c.tree_tokens == 12
-    c.unlock(tail)
-    c.check()
-
-
-@st.composite
-def cache_ops(draw):
-    """Random inserts (chained paths), matches, locks/unlocks, evictions."""
-    ops = []
-    paths: list[list[int]] = [[]]
-    fresh = 100
-    for _ in range(draw(st.integers(1, 40))):
-        kind = draw(st.sampled_from(["insert", "insert", "lock", "unlock", "evict", "fill"]))
-        if kind == "insert":
-            base = draw(st.sampled_from(paths))
-            keep = draw(st.integers(0, len(base)))
-            extra = draw(st.integers(1, 3))
-            path = base[:keep] + list(range(fresh, fresh + extra))
-            fresh += extra
-            paths.append(path)
-            ops.append(("insert", path, draw(st.sampled_from(["A", "B", "C"]))))
-        elif kind == "evict":
-            ops.append(("evict", draw(st.integers(1, 40))))
-        else:
-            ops.append((kind, draw(st.integers(0, 10**6))))
-    return ops
-
-
-POLICIES = [PenelopePolicy(), PenelopePolicy(system_prompt_tokens=8), LruPolicy(), LfuPolicy()]
-
-
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=cache_ops(), policy=st.sampled_from(POLICIES), host=st.sampled_from([0, 8, 24]),
-       capacity=st.integers(8, 60))
-def test_cache_invariants_with_gaps(ops, policy, host, capacity):
-    """Under any sequence: KV use stays within the pool; every cached block has
-    exactly one node; hollow nodes own no KV; locked nodes are never freed; a
-    match never hands out KV that is gone or that a locked request holds
-    privately (a request's gap refill is its own and fills only its path)."""
-    bs = 4
-    c = PrefixCache(bs, policy, host=HostTier(host, 10.0) if host else None)
-    locked: list[Node] = []
-    for t, op in enumerate(ops):
-        if op[0] == "insert":
-            path = op[1]
-            need = len(path) * bs  # at most this much new KV (new leaf + refilled gaps)
-            short = c.tree_tokens + need - capacity
-            if short > 0:
-                c.evict(short)
-            if c.tree_tokens + need > capacity:
-                continue  # locked paths leave too little room
-            c.insert(array("q", path), len(path) * bs, now=float(t), session=op[2])
-        elif op[0] == "lock" and c.num_nodes:
-            nodes = list(c.nodes())
-            n = nodes[op[1] % len(nodes)]
-            need = c.hollow_tokens(n)
-            c.lock(n)
-            short = c.tree_tokens + need - capacity
-            if short > 0:
-                c.evict(short)
-            if c.tree_tokens + need > capacity:
-                c.unlock(n)
-                continue
-            gaps, restored = c.fill_path(n)  # the request refills its gaps at admission
-            assert sum(tok for tok, _ in gaps) + restored == need
-            locked.append(n)
-        elif op[0] == "unlock" and locked:
-            c.unlock(locked.pop(op[1] % len(locked)))
-        elif op[0] == "evict":
-            c.evict(op[1])
-        c.check()  # NOTE: token sums exact: hollow nodes own no KV, host copies all hollow
-        assert c.tree_tokens <= capacity
-        for n in locked:  # a request's locked path keeps its KV: never hollowed nor removed
-            assert all(m.attached and not m.hollow for m in c.path(n))
-        owners: Counter[int] = Counter()
-        for n in c.nodes():  # every cached block has exactly one node
-            owners.update(n.blocks)
-            assert (n.kv_tokens == 0) == n.hollow
-        assert all(v == 1 for v in owners.values())
-        # a match hands out only KV the tree holds: its reusable tokens are the
-        # non-hollow nodes of its path, never more than the tree holds
-        for n in locked:
-            reuse = sum(m.kv_tokens for m in c.path(n))
-            assert reuse + c.hollow_tokens(n) == sum(m.num_tokens for m in c.path(n))
-            assert reuse <= c.tree_tokens
-    for n in locked:
-        c.unlock(n)
-    c.check()
-    assert c.evictable_tokens == c.tree_tokens
+def test_fill_path_merges_adjacent_gaps_and_counts_host_copies_as_restored():
+    """One history [1] .. [6], one block per turn (4 tokens a block): [2], [3] and
+    [5] freed; with a host tier that holds 4 tokens, [5]'s copy is kept."""
+    for host, gaps, restored in ((0, [(8, 4), (4, 16)], 0), (4, [(8, 4)], 4)):
+        c = PrefixCache(4, EvictBlocksAt(4, 8, 16), host_tier_tokens=host, host_bandwidth_gbs=10.0)
+        for n in range(1, 7):
+            c.insert(blocks(*range(1, n + 1)), 4 * n, now=float(n), session="A")
+        assert c.evict(12) == 12  # [2], [3], [5] in turn; a tier of 4 tokens keeps the last copy
+        _, node = c.match(blocks(1, 2, 3, 4, 5, 6), now=9.0, touch=False)
+        assert c.hollow_tokens(node) == 12 and c.may_have_gaps
+        c.lock(node)
+        assert c.fill_path(node) == (gaps, restored)
+        assert c.hollow_tokens(node) == 0 and c.tree_tokens == 24
+        c.unlock(node)
+        c.check()
+        assert c.restore_s(4, 1e9) == pytest.approx(0.4)  # 4 GB at 10 GB/s
 
 
 # ----------------------------------------------------------------- the simulator
+POLICIES = [PenelopePolicy(), PenelopePolicy(system_prompt_tokens=8)]
+
+
 class GapCost(LinearCost):
     """LinearCost that also takes the engine's gap work."""
 
@@ -302,7 +186,7 @@ def agent_workloads(draw):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trace=st.one_of(workloads(), agent_workloads()), capacity=st.integers(24, 600),
        chunk=st.sampled_from([None, 8, 32, 100]),
-       slots=st.integers(1, 8), policy=st.sampled_from(POLICIES[:2]),
+       slots=st.integers(1, 8), policy=st.sampled_from(POLICIES),
        host=st.sampled_from([0, 16, 200]))
 def test_simulator_invariants_with_penelope(cost, trace, capacity, chunk, slots, policy, host):
     """The engine's pool and lock invariants hold every iteration with gaps and a host tier."""

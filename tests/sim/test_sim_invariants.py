@@ -28,7 +28,8 @@ from policies.scheduling.lof import LofPolicy
 from policies.scheduling.lpm import LpmPolicy
 from policies.scheduling.shortest_prefill import ShortestPrefillPolicy
 from policies.scheduling.shortest_prefill_first import ShortestPrefillFirstPolicy
-from tests.sim.helpers import req, settings as sim_settings, trace_of
+from tests.sim.helpers import req, trace_of
+from tests.sim.helpers import settings as sim_settings
 
 ORDERS = [None, FcfsPolicy(), LpmPolicy(), HrrnPolicy(), ShortestPrefillFirstPolicy(),
           ShortestPrefillPolicy(), DfsWeightPolicy(), LofPolicy()]

@@ -1,6 +1,10 @@
 """A gap-capable radix prefix cache for SGLang, driven by a pure ``EvictionPolicy``.
 
-``GapRadixCache`` is a ``BasePrefixCache`` over ``gap_tree.GapTree``:
+``GapRadixCache`` is a ``BasePrefixCache`` over the pure gap tree
+(``radix.GapTree``), bound here to SGLang: keys are ``RadixKey`` token ids
+(``radix.PagedKeys``), values are KV slot-index tensors (``TensorSlots``: a
+node's own copy, freed through the allocator), the host tier's payload is the
+KV pool's offload API (``host_kv.py``) and times come from ``clock``.
 ``register_gap_cache(policy)`` registers it with SGLang's own cache registry
 (``--radix-cache-backend switchboard_gap``). It is meant for ``+cache=penelope``
 (``EvictionNeeds.interior``): eviction may free an interior node's slots and keep its
@@ -24,24 +28,37 @@ a request stands at ends, and ``checkpoint`` hands it the cached tail.
 With ``cache.host_tier_tokens`` (a host setting), freed KV is copied to host memory
 first (``host_kv.HostKVTier``) and ``restore_host_segments`` brings the copies
 back at admission instead of recomputing them.
+
+The eviction order (ties: the older node first), the host tier's drop order
+and pruning are the tree's own, shared with the simulator's cache
+(``bench/sim/cache.py``); the one choice this binding makes differently is
+``touch_remainder=False`` (``radix.tree.GapTree``).
 """
 
 from __future__ import annotations
 
 import time
 from array import array
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from sglang.srt.mem_cache import base_prefix_cache as bpc
 from sglang.srt.mem_cache import radix_cache, registry
-from sglang.srt.mem_cache.unified_cache import component_type
 
 from policies.cache import EvictionPolicy
+from radix import GapTree, HostTier, PagedKeys, first_gap, merge_ranges
+from server.sglang.cache.gap_paths import (
+    FULL,
+    GapMatch,
+    GapNode,
+    TensorSlots,
+    cat_slots,
+    duplicate_ranges,
+    gaps_of,
+)
+from server.sglang.cache.host_kv import HostKVTier, restore_host_run
 from server.sglang.launch import contract
-from server.sglang.cache.gap_node import GapNode, first_gap
-from server.sglang.cache.gap_tree import GapTree
-from server.sglang.cache.host_kv import HostRestoreMixin
 
 #: ``--radix-cache-backend`` name of the gap cache.
 GAP_CACHE_BACKEND = "switchboard_gap"
@@ -72,40 +89,7 @@ GAP_CACHE_SYMBOLS: tuple[contract.HookedSymbol, ...] = tuple(
          ("self", "kv_cache_cpu", "indices", "mamba_indices", "req_pool_index")),
     ))
 
-FULL = component_type.ComponentType.FULL
-
-
-class GapMatch(NamedTuple):
-    """A match through gaps: ``prefix | gap | tail | gap | tail ...``."""
-
-    prefix_indices: torch.Tensor
-    """Slots of the contiguous cached prefix (what ``match_prefix`` returns)."""
-    gaps: list[tuple[int, int]]
-    """Token positions ``[start, end)`` of each gap, in order."""
-    tail: list[tuple[int, int, torch.Tensor]]
-    """Cached segments after the first gap: ``(start, end, slots)``."""
-    last_node: Any
-    """Node the whole match ends in: lock it before filling gaps."""
-    matched_len: int
-    """Tokens the match covers (prefix, gaps and tail)."""
-
-
-def duplicate_ranges(result: bpc.InsertResult, start: int = 0) -> list[tuple[int, int]]:
-    """Ranges of ``value[start:result.prefix_len]`` the insert did not adopt:
-    duplicates of slots the tree already had, which the caller frees."""
-    dups, pos = [], start
-    for s, e in (result.adopted_ranges or {}).get(FULL, []):
-        if s >= result.prefix_len:
-            break
-        if s > pos:
-            dups.append((pos, s))
-        pos = max(pos, e)
-    if pos < result.prefix_len:
-        dups.append((pos, result.prefix_len))
-    return dups
-
-
-class GapRadixCache(HostRestoreMixin, bpc.BasePrefixCache):
+class GapRadixCache(bpc.BasePrefixCache):
     """SGLang prefix cache whose nodes can be hollow (see module docs)."""
 
     def __init__(self, params: Any, policy: EvictionPolicy,
@@ -128,13 +112,28 @@ class GapRadixCache(HostRestoreMixin, bpc.BasePrefixCache):
         self._empty = torch.empty((0,), dtype=torch.int64, device=self.device)
         root_key = radix_cache.RadixKey(token_ids=array("q"))
         self.host = self._host_tier()
-        self.tree = GapTree(self.policy, self._free_slots, root_key, self._empty,
-                            page_size=self.page_size, copy=torch.Tensor.clone, clock=self.clock,
-                            host=self.host)
+        """The host tier's payload (the tree's ``tree.host`` keeps its accounting)."""
+        tier = HostTier(self.host_tier_tokens, copies=self.host) if self.host is not None else None
+        # NOTE: touch_remainder=False: a match that splits a node leaves the
+        # split-off remainder's recency alone (see GapTree.touch_remainder)
+        self.tree: GapTree[Any, torch.Tensor] = GapTree(
+            self.policy, PagedKeys(self.page_size), root_key,
+            slots=TensorSlots(self.token_to_kv_pool_allocator), host=tier, touch_remainder=False)
         self.root_node = self.tree.root
 
-    def _free_slots(self, value: torch.Tensor) -> None:
-        self.token_to_kv_pool_allocator.free_segment(value, start_pos=0)
+    def _host_tier(self) -> HostKVTier | None:
+        if self.host_tier_tokens <= 0:
+            return None
+        kvcache = self.token_to_kv_pool_allocator.get_kvcache()
+        if kvcache is None:
+            raise ValueError("cache.host_tier_tokens needs the allocator's KV pool")
+        return HostKVTier(kvcache)
+
+    def _walk(self, key: Any) -> list[GapNode]:
+        """The tree path ``key`` runs through (hollow nodes included), split
+        where the match ends and accessed now."""
+        _, node = self.tree.match(self._key(key), self.clock())
+        return self.tree.path_to(node)
 
     def _key(self, key: Any) -> Any:
         key, _ = key.maybe_to_bigram_view(self.is_eagle)
@@ -142,36 +141,18 @@ class GapRadixCache(HostRestoreMixin, bpc.BasePrefixCache):
 
     # ----------------------------------------------------------------- match
     def match_prefix(self, params: bpc.MatchPrefixParams) -> bpc.MatchResult:
-        path = self.tree.walk(self._key(params.key))
+        path = self._walk(params.key)
         gap = first_gap(path)
         last = path[gap - 1] if gap else self.root_node
         return bpc.MatchResult(device_prefix_len=last.end if last is not self.root_node else 0,
                                last_device_node=last, last_host_node=last, best_match_node=last)
 
     def touch_prefix(self, key: Any) -> None:
-        self.tree.walk(self._key(key))
+        self._walk(key)
 
     def match_with_gaps(self, key: Any) -> GapMatch:
         """The cached prefix, the gaps and the cached tail of ``key`` (module docs)."""
-        return self._gaps_of(self.tree.walk(self._key(key)))
-
-    def _gaps_of(self, path: list[GapNode]) -> GapMatch:
-        gap = first_gap(path)
-        prefix = self._cat([n.value for n in path[:gap]])
-        gaps: list[tuple[int, int]] = []
-        tail: list[tuple[int, int, list[torch.Tensor]]] = []
-        for n in path[gap:]:
-            if n.hollow:
-                if gaps and gaps[-1][1] == n.start:
-                    gaps[-1] = (gaps[-1][0], n.end)
-                else:
-                    gaps.append((n.start, n.end))
-            elif tail and tail[-1][1] == n.start:
-                tail[-1] = (tail[-1][0], n.end, tail[-1][2] + [n.value])
-            else:
-                tail.append((n.start, n.end, [n.value]))
-        return GapMatch(prefix, gaps, [(s, e, self._cat(v)) for s, e, v in tail],
-                        path[-1] if path else self.root_node, path[-1].end if path else 0)
+        return gaps_of(self._walk(key), self.root_node, self._empty)
 
     def fill_gap(self, node: GapNode, start: int, end: int,
                  indices: torch.Tensor) -> list[tuple[int, int]]:
@@ -179,7 +160,7 @@ class GapRadixCache(HostRestoreMixin, bpc.BasePrefixCache):
         ``GapMatch.last_node``) the newly computed slots ``indices``. Returns
         the ranges the tree took; the rest (a part another request's insert
         filled meanwhile) stays the caller's to free."""
-        return self.tree.fill(node, start, end, indices)
+        return merge_ranges((n.start, n.end) for n in self.tree.fill(node, indices, start, end))
 
     def req_key(self, req: Any, length: int) -> Any:
         """The tree key of ``req``'s first ``length`` tokens."""
@@ -190,12 +171,12 @@ class GapRadixCache(HostRestoreMixin, bpc.BasePrefixCache):
         """The tree path of ``req``'s prompt but its last token (hollow nodes
         included). NOTE: the last prompt token is never counted as cached
         (SGLang computes it for the first output's logits)."""
-        return self.tree.walk(self._key(self.req_key(req, len(req.full_untruncated_fill_ids) - 1)))
+        return self._walk(self.req_key(req, len(req.full_untruncated_fill_ids) - 1))
 
-    def gap_at(self, req: Any, start: int) -> Optional[int]:
+    def gap_at(self, req: Any, start: int) -> int | None:
         """End of the gap that starts at token ``start`` of ``req``'s path, if
         cached KV follows it (so prefilling only the gap pays off); else ``None``."""
-        gm = self._gaps_of(self.req_path(req))
+        gm = gaps_of(self.req_path(req), self.root_node, self._empty)
         if not gm.gaps or gm.gaps[0][0] != start:
             return None
         end = gm.gaps[0][1]
@@ -222,23 +203,20 @@ class GapRadixCache(HostRestoreMixin, bpc.BasePrefixCache):
         req.kv.cache_inserted_len = max(req.kv.cache_inserted_len, last.end)
         req.extend_end = last.end  # NOTE: checkpoint_kv_cache makes it the prefix
 
-    def _cat(self, values: list[torch.Tensor]) -> torch.Tensor:
-        return torch.cat(values) if values else self._empty
-
     def path_device_indices(self, node: GapNode) -> torch.Tensor:
         path = self.tree.path_to(node)
         assert not any(n.hollow for n in path), "the path to this node has a gap"
-        return self._cat([n.value for n in path])
+        return cat_slots([n.value for n in path], self._empty)
 
     # ---------------------------------------------------------------- insert
     def insert(self, params: bpc.InsertParams) -> bpc.InsertResult:
         key = self._key(params.key)
         assert params.value is not None, "the gap cache needs the inserted KV slots"
-        prefix_len, last, adopted = self.tree.insert(
-            key, params.value[:len(key)], params.priority or 0, params.session_id,
-            params.inserted_len)
-        return bpc.InsertResult(prefix_len=prefix_len, total_len=len(key),
-                                last_device_node=last, adopted_ranges={FULL: adopted})
+        done = self.tree.insert(key, self.clock(), value=params.value[:len(key)],
+                                inserted=params.inserted_len, priority=params.priority or 0,
+                                session=params.session_id)
+        return bpc.InsertResult(prefix_len=done.prefix_len, total_len=len(key),
+                                last_device_node=done.node, adopted_ranges={FULL: done.adopted})
 
     def checkpoint(self, req: Any, *, up_to: int, **kwargs: Any) -> None:
         token_ids = req.full_untruncated_fill_ids[:up_to]
@@ -274,7 +252,7 @@ class GapRadixCache(HostRestoreMixin, bpc.BasePrefixCache):
     def inc_lock_ref(self, node: GapNode) -> bpc.IncLockRefResult:
         return bpc.IncLockRefResult(delta=self.tree.lock(node))
 
-    def dec_lock_ref(self, node: GapNode, params: Optional[Any] = None) -> bpc.DecLockRefResult:
+    def dec_lock_ref(self, node: GapNode, params: Any | None = None) -> bpc.DecLockRefResult:
         return bpc.DecLockRefResult(delta=self.tree.unlock(node))
 
     def evictable_size(self) -> int:
@@ -290,7 +268,14 @@ class GapRadixCache(HostRestoreMixin, bpc.BasePrefixCache):
         return self.tree.protected_tokens
 
     def total_size(self) -> int:
-        return self.tree.evictable_tokens + self.tree.protected_tokens
+        return self.tree.tree_tokens
+
+    def restore_host_segments(self, req: Any) -> int:
+        """Restore the host-held hollow nodes right after ``req``'s cached prefix
+        (``host_kv.restore_host_run``); returns the tokens restored (0: none, or
+        no room). Called at admission, before SGLang matches the request
+        (``gap_prefill.GapPrefillAdder.add_one_req``)."""
+        return 0 if self.host is None else restore_host_run(self, req)
 
     def owned_slots(self) -> list[torch.Tensor]:
         """Every node's slots (tests check that no slot is owned twice)."""

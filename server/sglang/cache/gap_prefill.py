@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Optional
+from typing import Any
 
 from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder
 
@@ -73,13 +73,13 @@ class GapRecomputeCounter:
                      req.rid, mark[0], mark[1], n, self.tokens)
 
 
-def gap_end(tree_cache: Any, req: Any, start: int) -> Optional[int]:
+def gap_end(tree_cache: Any, req: Any, start: int) -> int | None:
     """Where the gap at ``start`` on ``req``'s path ends, if the cache has one."""
     finder = getattr(tree_cache, "gap_at", None)
     return finder(req, start) if finder is not None else None
 
 
-def gap_chunk_limit(tree_cache: Any, chunked_req: Any) -> Optional[int]:
+def gap_chunk_limit(tree_cache: Any, chunked_req: Any) -> int | None:
     """Chunk limit for a continuing request that stands at a gap (else ``None``)."""
     start = chunked_req.prefix_len
     end = gap_end(tree_cache, chunked_req, start)
@@ -89,7 +89,7 @@ def gap_chunk_limit(tree_cache: Any, chunked_req: Any) -> Optional[int]:
     return end - start
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def gap_prefill_adder(base: type[PrefillAdder]) -> type[PrefillAdder]:
     class GapPrefillAdder(base):  # type: ignore[valid-type, misc]
         """Restores a host-held gap, or admits a request that stands at a gap

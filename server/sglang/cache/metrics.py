@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional
+from typing import Any
 
 
-@functools.lru_cache(maxsize=None)
-def prometheus_counter(name: str, documentation: str) -> Optional[Any]:
+@functools.cache
+def prometheus_counter(name: str, documentation: str) -> Any | None:
     """The process's counter ``name``, created once (prometheus_client refuses
     a second registration of one name); ``None`` without prometheus_client."""
     try:
