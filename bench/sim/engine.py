@@ -31,6 +31,15 @@ admission, prefilled again).
 
 ``NOTE`` (checked by ``check``): ``cache.tree_tokens + private_tokens <=
 capacity`` at all times, and ``private_tokens`` is the sum over requests.
+
+NOTE (size): ~420 lines, kept whole on purpose. This is SGLang's event loop:
+one iteration reads and writes the same few fields (``now``, the pool's
+``private_tokens``, ``queue``, ``running``, ``chunked``, ``batch_is_full``,
+``new_token_ratio``) in every phase, and the pool invariant above spans them
+all. Split by phase, each module would take the whole simulator as an argument,
+or be a mixin of it; the parts that stand alone are already their own modules
+(``prefill.PrefillAdder``, ``running.RunningBatch``, ``queue.WaitingQueue``,
+``cache.PrefixCache``, ``arrivals.Arrivals``, ``admission.AdmissionGate``).
 """
 
 from __future__ import annotations
