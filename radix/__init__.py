@@ -25,8 +25,8 @@ from radix.bindings import HostCopies, KeyIndex, Slots
 from radix.eviction import EvictionQueue
 from radix.host import HostTier
 from radix.keys import PagedKey, PagedKeys, TokenKey
-from radix.node import Inserted, Key, Node, first_gap, merge_ranges
+from radix.node import Inserted, Key, Node, first_gap, merge_ranges, unadopted
 from radix.tree import GapTree
 
 __all__ = ["EvictionQueue", "GapTree", "HostCopies", "HostTier", "Inserted", "Key", "KeyIndex", "Node",
-           "PagedKey", "PagedKeys", "Slots", "TokenKey", "first_gap", "merge_ranges"]
+           "PagedKey", "PagedKeys", "Slots", "TokenKey", "first_gap", "merge_ranges", "unadopted"]

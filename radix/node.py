@@ -130,3 +130,20 @@ def merge_ranges(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             merged.append((start, end))
     return merged
+
+
+def unadopted(adopted: Iterable[tuple[int, int]], prefix_len: int,
+              start: int = 0) -> list[tuple[int, int]]:
+    """Ranges of ``[start, prefix_len)`` outside the ascending ``adopted``
+    ranges: what an insert left the caller (``Inserted.adopted``), i.e. the
+    duplicates of slots the tree already held, which the caller frees."""
+    dups, pos = [], start
+    for s, e in adopted:
+        if s >= prefix_len:
+            break
+        if s > pos:
+            dups.append((pos, s))
+        pos = max(pos, e)
+    if pos < prefix_len:
+        dups.append((pos, prefix_len))
+    return dups

@@ -22,6 +22,7 @@ from policies.cache.lfu import LfuPolicy
 from policies.cache.lru import LruPolicy
 from policies.cache.penelope import PenelopePolicy
 from radix import GapTree, HostTier, Inserted, Node, PagedKeys, TokenKey, first_gap, merge_ranges
+from radix.node import unadopted as unadopted_ranges
 
 
 def key(*ids: int) -> TokenKey:
@@ -72,16 +73,7 @@ class CheckedKeys(PagedKeys[TokenKey]):
 
 def unadopted(done: Inserted, start: int = 0) -> list[tuple[int, int]]:
     """Ranges of ``value[start:prefix_len]`` the tree did not take (the caller's duplicates)."""
-    dups, pos = [], start
-    for s, e in done.adopted:
-        if s >= done.prefix_len:
-            break
-        if s > pos:
-            dups.append((pos, s))
-        pos = max(pos, e)
-    if pos < done.prefix_len:
-        dups.append((pos, done.prefix_len))
-    return dups
+    return unadopted_ranges(done.adopted, done.prefix_len, start)
 
 
 def path_slots(tree: GapTree, node: Node) -> tuple[int, ...]:

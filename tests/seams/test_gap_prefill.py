@@ -15,10 +15,10 @@ from .sglang_env import cache_params, make_pools, make_req, publish_test_server_
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
 
-from policies.cache import EvictionNeeds
 from policies.cache.penelope import PenelopePolicy
 from server.sglang.cache.gap_cache import GapRadixCache, duplicate_ranges
 from server.sglang.cache.gap_prefill import GAP_CHUNK_ATTR, gap_chunk_limit, gap_end
+from tests.fakes import EvictBlocksAt
 
 S = list(range(100, 120))   # shared system prompt, 20 tokens
 A1, A2, A3 = list(range(200, 230)), list(range(300, 330)), list(range(500, 530))
@@ -98,18 +98,6 @@ def test_a_request_with_no_gap_is_left_to_sglang():
     req = admitted(cache, req_pool, S + B1 + [1, 2, 3], prefix_len=len(S) + len(B1))
     assert gap_end(cache, req, req.prefix_len) is None and gap_chunk_limit(cache, req) is None
     assert not hasattr(req, GAP_CHUNK_ATTR) or getattr(req, GAP_CHUNK_ATTR) is None
-
-
-class EvictBlocksAt:
-    """A test policy: frees the blocks starting at the given positions first (interior too)."""
-
-    needs = EvictionNeeds(interior=True)
-
-    def __init__(self, *starts: int) -> None:
-        self.starts = starts
-
-    def rank(self, block):
-        return (0.0 if block.prefix_len in self.starts else 1.0, float(block.prefix_len))
 
 
 def test_two_gaps_are_recomputed_chunk_by_chunk_and_both_tails_reused():

@@ -4,7 +4,6 @@ refill (``fill_path``) and the engine recomputing only the gap."""
 from __future__ import annotations
 
 from array import array
-from collections import Counter
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,14 +12,15 @@ from hypothesis import strategies as st
 from bench.config import compose_bench, resolve_bench
 from bench.sim import CostModel, build_simulator
 from bench.sim.cache import PrefixCache
-from bench.sim.request import FINAL, Phase
-from policies.cache import BlockView, EvictionNeeds, EvictionPolicy
+from bench.sim.request import Phase
+from policies.cache import BlockView, EvictionPolicy
 from policies.cache.lfu import LfuPolicy
 from policies.cache.lru import LruPolicy
 from policies.cache.penelope import PenelopePolicy
+from tests.fakes import EvictBlocksAt
 from tests.sim.helpers import LinearCost, req, trace_of
 from tests.sim.helpers import settings as sim_settings
-from tests.sim.test_sim_invariants import workloads
+from tests.sim.test_sim_invariants import replay_checked, workloads
 
 
 def view(i: int, prefix: int, last: float, *, tokens: int = 4, children: int = 1,
@@ -74,18 +74,6 @@ def test_position_weight_lets_a_recent_front_go_before_an_older_tail():
 
 # ------------------------------------------------------------ the cache with gaps
 # (the tree's gaps and host tier: tests/policies/test_gap_tree.py)
-class EvictBlocksAt:
-    """A test policy: frees the blocks starting at the given token positions first (interior too)."""
-
-    needs = EvictionNeeds(interior=True)
-
-    def __init__(self, *starts: int) -> None:
-        self.starts = starts
-
-    def rank(self, block):
-        return (0.0 if block.prefix_len in self.starts else 1.0, float(block.prefix_len))
-
-
 def test_fill_path_merges_adjacent_gaps_and_counts_host_copies_as_restored():
     """One history [1] .. [6], one block per turn (4 tokens a block): [2], [3] and
     [5] freed; with a host tier that holds 4 tokens, [5]'s copy is kept."""
@@ -194,16 +182,8 @@ def test_simulator_invariants_with_penelope(cost, trace, capacity, chunk, slots,
                                                     max_running_requests=slots, context_length=4096,
                                                     host_tier_tokens=host),
                           eviction=policy)
-    finals: Counter[str] = Counter()
-    sim.on_final = lambda r: finals.update([r.rid])
-    sim.on_sample = lambda s: s.check()
-    sim.run()
-    assert all(finals[rid] == 1 for rid in sim.requests)
-    assert all(r.phase in FINAL for r in sim.requests.values())
-    sim.check()
-    assert sim.private_tokens == 0 and not sim.running and sim.chunked is None
-    assert sim.cache.evictable_tokens == sim.cache.tree_tokens
+    replay_checked(sim, trace, cost)  # every iteration and at the end, as without gaps
     for r in sim.requests.values():
         if r.phase is Phase.FINISHED:
-            assert r.num_output == r.output_len and r.cached_first is not None
+            assert r.cached_first is not None
             assert r.prefill_tokens >= r.input_len - r.cached_first

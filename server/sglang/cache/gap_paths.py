@@ -19,7 +19,7 @@ import torch
 from sglang.srt.mem_cache import base_prefix_cache as bpc
 from sglang.srt.mem_cache.unified_cache import component_type
 
-from radix import Node, first_gap
+from radix import Node, first_gap, unadopted
 
 FULL = component_type.ComponentType.FULL
 
@@ -86,13 +86,4 @@ def gaps_of(path: list[GapNode], root: GapNode, empty: torch.Tensor) -> GapMatch
 def duplicate_ranges(result: bpc.InsertResult, start: int = 0) -> list[tuple[int, int]]:
     """Ranges of ``value[start:result.prefix_len]`` the insert did not adopt:
     duplicates of slots the tree already had, which the caller frees."""
-    dups, pos = [], start
-    for s, e in (result.adopted_ranges or {}).get(FULL, []):
-        if s >= result.prefix_len:
-            break
-        if s > pos:
-            dups.append((pos, s))
-        pos = max(pos, e)
-    if pos < result.prefix_len:
-        dups.append((pos, result.prefix_len))
-    return dups
+    return unadopted((result.adopted_ranges or {}).get(FULL, []), result.prefix_len, start)
