@@ -32,6 +32,11 @@ hollow)::
 The host binds keys (``KeyIndex``), optionally KV slots (``Slots``; without,
 the tree counts tokens only) and a host tier; ``radix.bindings`` has the
 contracts. Times are the host's (``now`` arguments): the tree reads no clock.
+
+NOTE (size): ~330 lines, a tenth of them this contract; what happens to a
+node's KV (``radix.kv``), the eviction heap (``radix.eviction``) and the checks
+(``radix.check``) are already out. What stays is the tree's own walk, split,
+insert, fill and locks, which keep its token counts together.
 """
 
 from __future__ import annotations

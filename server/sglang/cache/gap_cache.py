@@ -33,6 +33,10 @@ The eviction order (ties: the older node first), the host tier's drop order
 and pruning are the tree's own, shared with the simulator's cache
 (``bench/sim/cache.py``); the one choice this binding makes differently is
 ``touch_remainder=False`` (``radix.tree.GapTree``).
+
+NOTE (size): ~310 lines, one ``BasePrefixCache`` implementation: SGLang's
+cache contract is one class, and its helpers are already out (``gap_paths``,
+``host_kv``, the tree in ``radix/``).
 """
 
 from __future__ import annotations
