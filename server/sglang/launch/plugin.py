@@ -50,8 +50,7 @@ def install(plan) -> None:  # plan: server.resolve.LaunchPlan
     from server.sglang.cache.eviction import install_eviction_policy
     from server.sglang.scheduling.scheduler import scheduler_class
 
-    order_spec = own_order_spec(plan)
-    order = build_policy(order_spec) if order_spec is not None else None
+    order = own_order(plan)
     admission = build_policy(plan.policies["admission"]) if "admission" in plan.policies else None
     # NOTE: always replaced: the KV-fit check on arrival is on whatever the policies.
     HookRegistry.register(SCHEDULER_TARGET, scheduler_class(order, admission, plan.feedback_log),
@@ -71,13 +70,12 @@ def install(plan) -> None:  # plan: server.resolve.LaunchPlan
              plan.policies["cache"].target if "cache" in plan.policies else "sglang")
 
 
-def own_order_spec(plan):  # -> PolicySpec | None
-    """The scheduling policy to run through the seam (``None``: SGLang's own order,
-    including stock options that just set ``--schedule-policy``)."""
+def own_order(plan):  # -> SchedulingPolicy | None
+    """The scheduling policy to run through the seam, built once (``None``:
+    SGLang's own order, including stock options whose ``needs.sglang_native``
+    just set ``--schedule-policy``)."""
     from compose.specs import build_policy
 
     sched = plan.policies.get("policy")
-    if sched is None or build_policy(sched).needs.sglang_native is not None:
-        return None
-    return sched
-
+    order = build_policy(sched) if sched is not None else None
+    return None if order is None or order.needs.sglang_native is not None else order
