@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import psutil
 
 from bench.live.chat import loads, wait_for
 
@@ -64,3 +68,49 @@ class QueueExperiment:
             assert not t.is_alive(), "a request hung"
         assert set(self.status.values()) == {200}, self.status
         return [n for n in self.finished if n != "blocker"]
+
+
+#: NOTE: slack on top of a grace for the exit itself, not for SGLang's drain: the supervisor checks its
+#: deadline every 0.2 s before it SIGKILLs SGLang's process group, the killed processes are reaped
+#: (unmapping the model) and the supervisor exits at once (``server.__main__._exit_now``): 0.2 s after
+#: the grace on a quiet 2-core machine. A stop that ignored the grace overshoots by SGLang's own drain
+#: (its SIGTERM watchdog looks every 5 s, then it stops the schedulers) or by the supervisor's
+#: interpreter teardown (4 s with torch imported, which is what ``_exit_now`` skips).
+EXIT_MARGIN_S = 2.0
+
+
+def _alive(procs: list[psutil.Process], groups: set[int]) -> list[str]:
+    """Processes of ``procs`` or in the process ``groups`` that have not exited (zombies have)."""
+    found = {p.pid: p for p in procs}
+    for p in psutil.process_iter():
+        try:
+            if os.getpgid(p.pid) in groups:
+                found.setdefault(p.pid, p)
+        except (ProcessLookupError, PermissionError):
+            pass
+    alive = []
+    for p in found.values():
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(f"{p.pid} {p.name()}")
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def assert_stops_within_grace(server: Any, sig: signal.Signals, grace_s: float) -> None:
+    """``sig`` to the server stops every SGLang process within ``grace_s`` (+ ``EXIT_MARGIN_S``), no orphans."""
+    procs = server.descendants()
+    assert len(procs) >= 3, [p.name() for p in procs]  # SGLang main, scheduler, detokenizer
+    groups = {os.getpgid(p.pid) for p in procs} - {os.getpgid(server.proc.pid)}  # SGLang's own group
+    assert groups, "SGLang runs in the supervisor's process group"
+    limit = grace_s + EXIT_MARGIN_S
+    t0 = time.monotonic()
+    elapsed = server.stop(sig, timeout=limit)  # NOTE: past ``limit`` it kills everything itself
+    while (alive := _alive(procs, groups)) and time.monotonic() - t0 < limit:
+        time.sleep(0.1)
+    gone = time.monotonic() - t0
+    assert not alive, f"{gone:.1f}s after {sig.name} (grace {grace_s:g}s + {EXIT_MARGIN_S:g}s) still alive: {alive}"
+    assert elapsed <= limit, f"the server took {elapsed:.1f}s to stop on {sig.name}: over its grace " \
+                             f"{grace_s:g}s + {EXIT_MARGIN_S:g}s"
+    assert server.proc.returncode == 0

@@ -13,14 +13,13 @@ import pytest
 
 from bench.live.chat import client, loads, wait_for
 from tests.live.conftest import module_server
-from tests.live.harness import unique_prompt
-from tests.live.test_server_default import assert_stops_within_grace
+from tests.live.harness import assert_stops_within_grace, unique_prompt
 
 pytestmark = pytest.mark.server
 
-#: ``server.shutdown_grace_s``: shorter than SGLang's own exit on SIGTERM (> 8 s), so the stop is
-#: bounded by the supervisor's SIGKILL at the grace, not by SGLang.
-GRACE_S = 4.0
+#: ``server.shutdown_grace_s``: shorter than SGLang's own exit on SIGTERM (its watchdog looks every
+#: 5 s, then stops the schedulers), so the stop is bounded by the supervisor's SIGKILL at the grace.
+GRACE_S = 1.0
 
 server = module_server("model.dtype=float32", "+admission=max_queue", "admission.max_waiting=2",
                        "admission.retry_after_s=2", "sglang.max_running_requests=1",
