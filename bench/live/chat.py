@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,12 @@ def client(base_url: str, **kw: Any) -> openai.OpenAI:
 
 
 class HFReference:
-    """Hugging Face transformers greedy decoding on the same checkpoint."""
+    """Hugging Face transformers greedy decoding on the same checkpoint.
+
+    NOTE: answers are memoized by (messages, max_new_tokens): greedy decoding is a
+    function of its prompt, so servers that answer a conversation alike share one
+    reference computation.
+    """
 
     def __init__(self, path: Path, dtype: str = "float32") -> None:
         import torch
@@ -40,9 +46,16 @@ class HFReference:
         self.torch = torch
         self.tok = AutoTokenizer.from_pretrained(path)
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).eval()
+        self._answers: dict[tuple[str, int], tuple[str, int, int]] = {}
 
     def greedy(self, messages: list[dict], max_new_tokens: int) -> tuple[str, int, int]:
         """``(text, prompt_tokens, completion_tokens)``; the stop token counts but is not returned."""
+        key = (json.dumps(messages, sort_keys=True), max_new_tokens)
+        if key not in self._answers:
+            self._answers[key] = self._generate(messages, max_new_tokens)
+        return self._answers[key]
+
+    def _generate(self, messages: list[dict], max_new_tokens: int) -> tuple[str, int, int]:
         text = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         ids = self.tok(text, add_special_tokens=False, return_tensors="pt").input_ids
         with self.torch.no_grad():

@@ -1,7 +1,9 @@
-"""Fixtures of the live tier: the default checkpoint and real Switchboard servers on CPU.
+"""Fixtures of the live tier: the default checkpoint, its HF reference and real
+Switchboard servers on CPU.
 
-NOTE: starting a server takes most of a live test's time; modules share one
-server (``module_server``) and every server is stopped at session end.
+NOTE: starting a server takes most of a live test's time; a module shares one
+server (``module_server``), the modules that need a plain reference server share
+``stock_server``, and every server is stopped at session end.
 """
 
 from __future__ import annotations
@@ -11,9 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from bench.live.chat import HFReference
 from bench.live.server import ServerProcess, ServerStartError
 
 __all__ = ["module_server"]
+
+#: The stock server: no policy of ours, SGLang's default pool (16k tokens, never full
+#: here), one running request at a time so that queue order is observable.
+#: NOTE: ``sleep_on_idle``: an idle SGLang scheduler otherwise busy-polls one core,
+#: and this server stays up while the other modules' servers run on 2 cores.
+STOCK = ("model.dtype=float32", "sglang.max_running_requests=1", "sglang.sleep_on_idle=true")
 
 
 @pytest.fixture(scope="session")
@@ -27,6 +36,12 @@ def checkpoint() -> Path:
 
     cfg = compose([])
     return ensure_default_model(ModelSource(**OmegaConf.to_container(cfg.model.source)))
+
+
+@pytest.fixture(scope="session")
+def hf(checkpoint) -> HFReference:
+    """HF transformers on the checkpoint (float32, one thread); its answers are memoized."""
+    return HFReference(checkpoint)
 
 
 @pytest.fixture(scope="session")
@@ -46,6 +61,12 @@ def start_server(checkpoint, tmp_path_factory):
     yield start
     for server in started:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def stock_server(start_server) -> ServerProcess:
+    """One stock SGLang server (``STOCK``) shared by every module that needs a reference."""
+    return start_server(*STOCK)
 
 
 def module_server(*overrides: str):

@@ -15,8 +15,8 @@ VOCAB = 49152
 
 
 @pytest.fixture(scope="module")
-def server(start_server):
-    return start_server("model.dtype=float32")
+def server(stock_server):
+    return stock_server
 
 
 def test_replay_measures_the_real_server_and_its_prefix_cache(server):

@@ -25,9 +25,8 @@ def server(start_server, feedback_log):
     s.stop()
 
 
-def test_captured_features_equal_hf_hidden_state_and_the_head_learns(server, feedback_log, checkpoint):
+def test_captured_features_equal_hf_hidden_state_and_the_head_learns(server, feedback_log, hf):
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     for q in PROMPTS:
         r = httpx.post(server.base_url + "/v1/chat/completions", timeout=300, json={
@@ -35,8 +34,7 @@ def test_captured_features_equal_hf_hidden_state_and_the_head_learns(server, fee
         assert r.status_code == 200
     records = [json.loads(line) for line in feedback_log.read_text().splitlines()]
     ours = [r for r in records if r["num_input_tokens"] > 8][-len(PROMPTS):]  # skip warm-up/health requests
-    tok = AutoTokenizer.from_pretrained(checkpoint)
-    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    tok, model = hf.tok, hf.model
     for q, rec in zip(PROMPTS, ours):
         ids = tok(tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
                                           tokenize=False), add_special_tokens=False, return_tensors="pt").input_ids
