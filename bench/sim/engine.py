@@ -45,6 +45,7 @@ or be a mixin of it; the parts that stand alone are already their own modules
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Sequence
 
 from bench.sim.admission import AdmissionGate
@@ -207,7 +208,7 @@ class Simulator:
         if self.num_deferred:
             self._revisit_deferred()
         self.queue.sort(self.now, self.processed_tokens, len(self.running),
-                        has_deferred=self.num_deferred > 0)
+                        has_deferred=self.num_deferred > 0, bounds=self._head_bounds(slots))
         adder = PrefillAdder(
             self.cache, self.free_tokens, self._running_offset(), rem_input=self.s.max_prefill_tokens,
             rem_chunk=self.s.chunked_prefill_size, page_size=1,
@@ -232,6 +233,19 @@ class Simulator:
             return None
         self._start_prefill(adder, admitted, still_chunked)
         return adder
+
+    def _head_bounds(self, slots: int) -> tuple[int | None, float]:
+        """How far into the order the walk below can get at most (the server's ``head_bounds``).
+
+        NOTE: the walk stops after ``slots`` admissions, at ``prefill_max_requests``,
+        or once the token budget of the smaller of ``max_prefill_tokens`` and the
+        chunk is spent: the larger of the two bounds it from above.
+        """
+        limit = max(0, slots)
+        if self.s.prefill_max_requests is not None:
+            limit = min(limit, self.s.prefill_max_requests)
+        budget = max(self.s.max_prefill_tokens, self.s.chunked_prefill_size or 0)
+        return limit, float(budget) if budget > 0 else math.inf
 
     def _running_offset(self) -> float:
         total = 0.0

@@ -29,9 +29,13 @@ import math
 from collections import defaultdict
 from operator import attrgetter
 
+import numpy as np
+
 from bench.sim.cache import Node, PrefixCache
+from bench.sim.columns import SimColumnStore
 from bench.sim.request import SimRequest
 from policies.scheduling import OrderDecision, QueueView, SchedulingPolicy, check_permutation
+from policies.scheduling.columns import RanksColumns, check_ranking
 
 #: SGLang's WAITING_QUEUE_PREFIX_MATCH_MAX: native lpm/hrrn act as FCFS above it.
 QUEUE_MATCH_LIMIT = 128
@@ -72,6 +76,8 @@ class WaitingQueue:
         """SGLang's own LRU is in use (its periodic prefix refresh needs it)."""
         self.touch_periodic = self.builtin_lru and not self.cache_aware
         self.needs_paths = policy is not None and policy.needs.prefix_path
+        self.store = SimColumnStore() if isinstance(policy, RanksColumns) else None
+        """Rows of the waiting requests when the policy ranks columns (as the server does)."""
         self.split = self.touch_every_pass or self.needs_paths
         self.threshold = in_batch_threshold
         self.items: list[SimRequest] = []
@@ -98,6 +104,8 @@ class WaitingQueue:
         self._invalidate(r)
         self.items.append(r)
         self._by_rid[r.rid] = r
+        if self.store is not None:
+            self.store.add(r)
 
     def remove(self, gone: list[SimRequest]) -> None:
         """Requests that left the queue (admitted to prefill, or rejected)."""
@@ -106,6 +114,8 @@ class WaitingQueue:
             self._short.discard(r)
             self._dirty.discard(r)
             del self._by_rid[r.rid]
+            if self.store is not None:
+                self.store.remove(r)
         k = len(gone)
         if all(a is b for a, b in zip(self.items[:k], gone)):
             del self.items[:k]  # NOTE: the prefill walk admits a prefix of the queue
@@ -164,8 +174,14 @@ class WaitingQueue:
 
     # ------------------------------------------------------------------ pass
     def sort(self, now: float, processed_tokens: int, num_running: int,
-             has_deferred: bool = False) -> None:
-        """One ``calc_priority``: match, flag duplicates, order (deferred last)."""
+             has_deferred: bool = False, bounds: tuple[int | None, float] = (None, math.inf)) -> None:
+        """One ``calc_priority``: match, flag duplicates, order (deferred last).
+
+        ``bounds`` = (admit limit, prefill token budget) of this pass's walk: how
+        much of the order a columnar policy must follow its full rules for (the
+        server's ``head_bounds``). NOTE: ignored while requests are deferred:
+        they move behind the order, so the walk may reach past the head.
+        """
         if not self.items:
             return
         fallback = self.queue_limited and len(self.items) > QUEUE_MATCH_LIMIT
@@ -180,7 +196,8 @@ class WaitingQueue:
                 self._flag_duplicates()
             if self.needs_paths:
                 self._refresh_paths()
-            self._decide(now, processed_tokens, num_running)
+            self._decide(now, processed_tokens, num_running,
+                         (None, math.inf) if has_deferred else bounds)
         if self.touch_periodic or (fallback and self.builtin_lru):
             # NOTE: SGLang's _touch_waiting_prefixes: passes that did not match the
             # queue refresh the first 128 prefixes every 32nd time, head touched last.
@@ -221,7 +238,11 @@ class WaitingQueue:
                 r.path = path
                 self._invalidate(r)
 
-    def _decide(self, now: float, processed_tokens: int, num_running: int) -> None:
+    def _decide(self, now: float, processed_tokens: int, num_running: int,
+                bounds: tuple[int | None, float]) -> None:
+        if self.store is not None:
+            self._rank(now, processed_tokens, num_running, bounds)
+            return
         for r in self._stale:
             if r.view is None:
                 r.make_view()
@@ -230,6 +251,25 @@ class WaitingQueue:
                           processed_tokens=processed_tokens, num_running=num_running)
         decision = self.policy.order(queue)  # type: ignore[union-attr]
         self._apply(queue, decision)
+
+    def _rank(self, now: float, processed_tokens: int, num_running: int,
+              bounds: tuple[int | None, float]) -> None:
+        """The columnar path: rows rewritten for changed requests, one ``rank``."""
+        store = self.store
+        assert store is not None
+        for r in self._stale:
+            if r.row >= 0:  # NOTE: requests that left since have no row
+                store.write(r)
+        self._stale.clear()
+        items = self.items
+        columns = store.columns(items, now=now, processed_tokens=processed_tokens, num_running=num_running,
+                                admit_limit=bounds[0], prefill_budget_tokens=bounds[1])
+        positions = np.asarray(self.policy.rank(columns))  # type: ignore[union-attr]
+        check_ranking(len(items), positions)
+        moved = np.flatnonzero(positions != np.arange(len(items)))
+        if len(moved):  # NOTE: only the span that moved is rebuilt (usually the head)
+            lo, hi = int(moved[0]), int(moved[-1]) + 1
+            items[lo:hi] = [items[i] for i in positions[lo:hi].tolist()]
 
     def _apply(self, queue: QueueView, decision: OrderDecision) -> None:
         """Reorder by ``decision``; a non-permutation raises as ``check_permutation``."""

@@ -51,7 +51,7 @@ class SimRequest:
         "match_node", "match_tokens", "dirty", "lock_node", "inserted_blocks", "computed",
         "private_tokens", "decode_from", "first_token_s", "finish_s", "cached_first",
         "prefill_tokens", "retractions", "segments", "view", "dup", "path", "waiter_node",
-        "reject_reason", "features",
+        "reject_reason", "features", "row",
     )
 
     def __init__(self, trace: TraceRequest, arrival_s: float) -> None:
@@ -96,6 +96,8 @@ class SimRequest:
         self.reject_reason = ""
         self.features: tuple[float, ...] | None = None
         """What a LEAP host captures at prefill (simulated: settings.length_signal)."""
+        self.row = -1
+        """Its row in the queue's column store while waiting (``bench/sim/columns.py``)."""
 
     @property
     def fill_len(self) -> int:

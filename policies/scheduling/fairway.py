@@ -27,9 +27,10 @@ when the policy first saw it (what FCFS would have served first anyway).
 
 NOTE: the policy keeps one number per waiting request (its FCFS backlog), keyed
 by ``arrival_seq`` and updated deterministically from each pass's queue; it
-forgets requests that leave. It ranks columns (``rank``); the greedy placement
-of rule 3 runs only as far as the head the host can admit this pass, and the
-rest of the queue follows the score order.
+forgets requests that leave. It ranks columns (``rank``); only the best few
+scores are sorted (a partition finds them), the greedy placement of rule 3
+runs only as far as the head the host can admit this pass, and the rest of
+the queue keeps the host's order.
 """
 
 from __future__ import annotations
@@ -92,21 +93,27 @@ class FairwayPolicy(ColumnarOrder):
         # NOTE: vectorized over the columns; the semantics are those of the
         # scalar methods above.
         work = queue.work
+        seq = queue.arrival_seq
         waited = np.maximum(float(queue.processed_tokens) - queue.arrival_processed_tokens, 0.0)
         score = work / (1.0 + self.aging_weight * waited / work) if self.aging_weight else work
-        ranked: np.ndarray = np.lexsort((queue.arrival_seq, score))  # by score, ties by arrival
-        by_arrival = np.argsort(queue.arrival_seq, kind="stable")
+        by_arrival = np.argsort(seq, kind="stable")
         older_work = np.concatenate(([0.0], np.cumsum(work[by_arrival])[:-1]))
-        backlog = self._update_backlog(queue.arrival_seq, by_arrival, older_work)
+        backlog = self._update_backlog(seq, by_arrival, older_work)
         if n <= self.queue_threshold:
-            return ranked
+            full: np.ndarray = np.lexsort((seq, score))  # by score, ties by arrival
+            return full
         added = np.maximum(waited - backlog, 0.0)
         budget = self.cap_ratio * np.maximum(work, self.cap_floor_tokens) - added
-        head = self._place(ranked, by_arrival, older_work, work, budget,
-                           queue.head_size, queue.prefill_budget_tokens)
+        limits = (queue.head_size, queue.prefill_budget_tokens)
+        ranked = _best(score, seq, 2 * queue.head_size + 2)
+        head, stopped = self._place(ranked, by_arrival, older_work, work, budget, *limits)
+        if not stopped and len(ranked) < n:  # NOTE: ran out of candidates: rank them all
+            head, _ = self._place(np.lexsort((seq, score)), by_arrival, older_work, work, budget, *limits)
         placed = np.zeros(n, bool)
         placed[head] = True
-        return np.concatenate((head, ranked[~placed[ranked]]))
+        # NOTE: the host admits nothing past the head this pass, so the rest keeps
+        # the host's order (the columns module's contract): no full sort per pass.
+        return np.concatenate((head, np.flatnonzero(~placed)))
 
     def _update_backlog(self, seq: np.ndarray, by_arrival: np.ndarray, older_work: np.ndarray) -> np.ndarray:
         """Per-row FCFS backlog; a request seen for the first time gets the work
@@ -123,10 +130,11 @@ class FairwayPolicy(ColumnarOrder):
 
     @staticmethod
     def _place(ranked: np.ndarray, by_arrival: np.ndarray, older_work: np.ndarray, work: np.ndarray,
-               budget: np.ndarray, max_requests: int, max_tokens: float) -> np.ndarray:
+               budget: np.ndarray, max_requests: int, max_tokens: float) -> tuple[np.ndarray, bool]:
         """Greedy placement: score order, but an older request goes first as soon
         as a younger one would exceed its remaining allowance (``budget``).
-        Stops once ``max_requests`` are placed or ``max_tokens`` of work is."""
+        Stops once ``max_requests`` are placed or ``max_tokens`` of work is
+        (then the flag is ``True``), or when ``ranked`` runs out."""
         # NOTE: when the anchor is the oldest request not yet placed, every older
         # request is placed, so the work placed ahead of it by *younger* requests
         # is the total placed minus the work of all older ones (a prefix sum):
@@ -139,8 +147,10 @@ class FairwayPolicy(ColumnarOrder):
         out: list[int] = []
         placed_work = 0.0
         oldest = 0  # arrival position of the oldest request not yet placed
+        stopped = False
         for i in ranked:
             if len(out) >= max_requests or placed_work >= max_tokens:
+                stopped = True
                 break
             p = int(pos_of[i])
             if placed_flags[p]:
@@ -158,4 +168,21 @@ class FairwayPolicy(ColumnarOrder):
             placed_flags[p] = 1
             out.append(int(i))
             placed_work += w_i
-        return np.array(out, dtype=np.int64)
+        stopped = stopped or len(out) >= max_requests or placed_work >= max_tokens
+        return np.array(out, dtype=np.int64), stopped
+
+
+def _best(score: np.ndarray, seq: np.ndarray, k: int) -> np.ndarray:
+    """Rows in (score, arrival) order: at least the ``k`` best, an exact prefix of the full order.
+
+    NOTE: every row left out scores strictly more than every row kept (ties at
+    the cut are all kept), so the prefix is the full order's.
+    """
+    n = len(score)
+    if k >= n:
+        full: np.ndarray = np.lexsort((seq, score))
+        return full
+    cut = np.partition(score, k - 1)[k - 1]
+    rows = np.flatnonzero(score <= cut)
+    best: np.ndarray = rows[np.lexsort((seq[rows], score[rows]))]
+    return best

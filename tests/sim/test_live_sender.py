@@ -7,8 +7,10 @@ import asyncio
 from bench.live.sender import Sender
 from tests.sim.helpers import req, trace_of
 
-#: Slack for late wake-ups of the event loop (only upper bounds use it).
-SLACK = 0.08
+#: Slack for late wake-ups of the event loop (only upper bounds use it). NOTE: 80 ms failed once with
+#: the other core busy; it must stay below the 0.3 s answer of the first test, which a sender that
+#: waited for answers would add to the next request's send time.
+SLACK = 0.2
 
 
 def run(trace, durations, fail=(), timeout=float("inf")):
