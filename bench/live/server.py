@@ -38,11 +38,15 @@ class ServerProcess:
         self.proc: subprocess.Popen | None = None
         self.base_url = f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> ServerProcess:
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        """The command line and environment that start the server."""
         env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), PYTHONUNBUFFERED="1")
+        return [sys.executable, "-m", "server", *self.overrides], env
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> ServerProcess:
+        argv, env = self.command()
         self._log = self.log_path.open("w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "server", *self.overrides],
-                                     cwd=REPO, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
