@@ -64,7 +64,8 @@ def run_one(capacity: int, label: str, policy: tuple[str, ...], host: bool, resu
     out = run_bench(settings, results / tag)
     s, m = out["summary"], out["meta"]
     return {"mean": s["ttft_s"]["mean"], "p50": s["ttft_s"]["p50"], "p99": s["ttft_s"]["p99"],
-            "finished": s["finished"], "requests": s["requests"], "hit": s["prefix_hit_rate"],
+            "finished": s["finished"], "requests": s["requests"], "aborted": s["aborted"],
+            "context": settings.model_profile.context_length, "hit": s["prefix_hit_rate"],
             "prefill": s["prefill_tokens"], "recomputed": m["evicted_recomputed_tokens"],
             "gap": m["gap_recomputed_tokens"], "restored": m["restored_tokens"],
             "wall_s": m["replay_wall_s"], "cmd": "python -m bench " + " ".join(ov)}
@@ -111,6 +112,7 @@ def render(table: dict, spread: dict, wall_s: float) -> str:
              "prefilled again (same measure for every policy); gap = the part Penelope "
              "recomputed inside a path (prefix and tail kept); restored = tokens copied back "
              "from the host tier.", "",
+             *_excluded(table), "",
              "| KV pool (tokens) | host tier | policy | TTFT mean | p50 | p99 | vs lru mean | "
              "hit rate | recomputed | gap | restored | finished |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -139,6 +141,22 @@ def render(table: dict, spread: dict, wall_s: float) -> str:
     lines.append("# spread rows: the same lines (no host tier) with trace.seed=1..4 added")
     lines += ["```", ""]
     return "\n".join(lines)
+
+
+def _excluded(table: dict) -> list[str]:
+    """What every row leaves out: requests longer than the profile's context (aborted)."""
+    rows = [r for row in table.values() for r in row.values()]
+    aborted = {(r["aborted"], r["requests"], r["context"]) for r in rows}
+    if len(aborted) != 1:
+        return ["Excluded: the rows abort different numbers of requests "
+                f"({sorted(aborted)}); compare them with care."]
+    n, total, context = aborted.pop()
+    if not n:
+        return ["Excluded: nothing; every request fits the profile's context."]
+    return [f"Excluded: {n:,} of {total:,} requests ({n / total:.0%}) have prompts that the model "
+            f"profile's {context:,}-token context (or the KV pool) cannot hold: agent sessions outgrow "
+            "it. They are aborted at arrival, the same ones in every row; TTFT and hit rates are over "
+            f"the {total - n:,} served requests."]
 
 
 def render_spread(spread: dict) -> list[str]:
