@@ -80,9 +80,7 @@ class Sender:
 
     async def _dispatch_roots(self) -> None:
         for r in self.trace.roots():
-            wait = r.arrival_s - self.now()
-            if wait > 0:
-                await asyncio.sleep(wait)
+            await self._until(r.arrival_s)
             # NOTE: tasks start in creation order, so equal times keep trace order.
             self._start(self._fire(r, r.arrival_s))
 
@@ -91,10 +89,17 @@ class Sender:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _fire(self, r: TraceRequest, at: float) -> None:
-        wait = at - self.now()
-        if wait > 0:
+    async def _until(self, at: float) -> None:
+        """Sleep until ``clock`` reads at least ``at``.
+
+        NOTE: asyncio's timers run on the loop's clock and may fire up to its
+        resolution early; on ``clock`` that was measured 0.3 ms before ``at``, so
+        the remainder is slept again (a request never goes out early)."""
+        while (wait := at - self.now()) > 0:
             await asyncio.sleep(wait)
+
+    async def _fire(self, r: TraceRequest, at: float) -> None:
+        await self._until(at)
         sent = self.now()
         outcome, error = None, ""
         try:

@@ -24,6 +24,10 @@ the server's capacity and TTFT its queueing. Rounds alternate the servers
 (A, B, C, A, B, C, ...) so drift on the shared machine hits each alike; the
 table reports the median over rounds and each ratio to stock SGLang, with
 the spread. Goal: every ratio >= 0.98x (TTFT: stock / ours).
+
+NOTE: one of the few bench modules that import ``server/`` (allowed by
+``tests/config/test_boundaries.py``): stock SGLang must get exactly the argv and
+environment the server builds.
 """
 
 from __future__ import annotations

@@ -12,8 +12,10 @@ from pathlib import Path
 from tests.conftest import REPO
 
 #: bench/ modules that may import server/ and SGLang: they time the server's
-#: SGLang seams against SGLang's own classes, in one process.
-SEAM_BENCHMARKS = {"bench/scripts/order_overhead.py", "bench/scripts/cache_overhead.py"}
+#: SGLang seams against SGLang's own classes, in one process, or (plugin_overhead)
+#: launch stock SGLang with exactly the argv and environment the server builds.
+SEAM_BENCHMARKS = {"bench/scripts/order_overhead.py", "bench/scripts/cache_overhead.py",
+                   "bench/scripts/plugin_overhead.py"}
 #: bench/ modules that may import SGLang: the live replay times requests with
 #: SGLang's own benchmark client (``sglang.benchmark.serving``).
 SGLANG_CLIENTS = {"bench/live/client.py"}
