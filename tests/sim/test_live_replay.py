@@ -120,8 +120,10 @@ def test_arrival_instants_reach_the_server_in_trace_order(fake):
     instants arrive in order. NOTE: within one instant the 12 requests are
     handed to the client in trace order (``test_live_sender``), but each opens
     its own connection, so the server may see them milliseconds apart in
-    another order (seen under CPU load); the replay does not serialize them."""
-    trace = trace_of([req(f"r{i:02d}", 0.1 * (i // 12), 20 + i, 2) for i in range(36)])
+    another order (seen under CPU load); the replay does not serialize them.
+    The instants are 0.5 s apart: with 0.1 s, the first instant's cold
+    connections once reached the server after a request of the second."""
+    trace = trace_of([req(f"r{i:02d}", 0.5 * (i // 12), 20 + i, 2) for i in range(36)])
     replay_live(trace, live(fake.url, api=LiveApi.generate, warmup_requests=0), HIGH)
     seen = [len(s.body["input_ids"]) - 20 for s in fake.fake.seen]
     assert sorted(seen) == list(range(36))
