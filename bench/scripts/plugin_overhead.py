@@ -101,10 +101,10 @@ def metric(summary: dict, key: str, sub: str | None) -> float:
     return float(v[sub] if sub is not None else v)
 
 
-def render(runs: dict[str, list[dict]], workload: list[str], rounds: int, wall_s: float) -> str:
+def render(runs: dict[str, list[dict]], workload: list[str], rounds: int, window_s: float, wall_s: float) -> str:
     lines = ["# Plugin overhead, live (CPU server)", "",
              f"Produced by `python -m bench.scripts.plugin_overhead --rounds {rounds} "
-             f"--window {_window(workload):g}` at commit {git_commit()} on {_machine()}, "
+             f"--window {window_s:g}` at commit {git_commit()} on {_machine()}, "
              f"{wall_s / 60:.0f} min wall. Servers and method: see the script's docstring; "
              f"median over {rounds} alternating rounds, [min, max] of the per-round ratio in brackets. "
              f"Goal: every ratio >= {GOAL}x (for times: stock / ours).", "",
@@ -134,12 +134,6 @@ def render(runs: dict[str, list[dict]], workload: list[str], rounds: int, wall_s
     return "\n".join(lines) + "\n"
 
 
-def _window(workload: list[str]) -> float:
-    start = next(float(o.split("=")[1]) for o in workload if o.startswith("trace.window_start_s="))
-    end = next(float(o.split("=")[1]) for o in workload if o.startswith("trace.window_end_s="))
-    return end - start
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -155,7 +149,7 @@ def main() -> None:
             runs[name].append(s)
             print(f"round {i} {name}: " + ", ".join(
                 f"{label} {metric(s, key, sub):.4g}" for label, key, sub, _ in METRICS), flush=True)
-    table = render(runs, workload, args.rounds, time.monotonic() - t0)
+    table = render(runs, workload, args.rounds, args.window, time.monotonic() - t0)
     (args.results / "runs.json").write_text(json.dumps(runs, indent=1, default=str))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(table)

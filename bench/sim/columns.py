@@ -21,14 +21,10 @@ from operator import attrgetter
 import numpy as np
 
 from bench.sim.request import SimRequest
-from policies.scheduling.columns import INT_FIELDS, QueueColumns
+from policies.scheduling.columns import INT_FIELDS, QueueColumns, frozen
 
 _row_of = attrgetter("row")
 
-
-def _frozen(a: np.ndarray) -> np.ndarray:
-    a.setflags(write=False)
-    return a
 
 
 class SimColumnStore:
@@ -93,8 +89,8 @@ class SimColumnStore:
         has = np.flatnonzero(self._has_features[rows])
         features = self._features[rows[has]] if len(has) else np.zeros((0, 0))
         return QueueColumns(
-            arrival_time=_frozen(self._arrival_time[rows]),
-            feature_rows=_frozen(has.astype(np.int64)), features=_frozen(features),
+            arrival_time=frozen(self._arrival_time[rows]),
+            feature_rows=frozen(has.astype(np.int64)), features=frozen(features),
             now=now, processed_tokens=processed_tokens, num_running=num_running,
             admit_limit=admit_limit, prefill_budget_tokens=prefill_budget_tokens,
-            **{name: _frozen(col[rows]) for name, col in self._int.items()})
+            **{name: frozen(col[rows]) for name, col in self._int.items()})

@@ -40,7 +40,8 @@ INT_FIELDS = ("arrival_seq", "num_input_tokens", "num_cached_tokens", "max_new_t
               "num_output_tokens", "arrival_processed_tokens")
 
 
-def _frozen(a: np.ndarray) -> np.ndarray:
+def frozen(a: np.ndarray) -> np.ndarray:
+    """``a``, made read-only (the columns' arrays are views for one pass)."""
     a.setflags(write=False)
     return a
 
@@ -68,9 +69,9 @@ class QueueColumns:
     """``RequestView.num_output_tokens`` (int64)."""
     arrival_processed_tokens: np.ndarray
     """``RequestView.arrival_processed_tokens`` (int64)."""
-    feature_rows: np.ndarray = field(default_factory=lambda: _frozen(np.zeros(0, np.int64)))
+    feature_rows: np.ndarray = field(default_factory=lambda: frozen(np.zeros(0, np.int64)))
     """Rows that carry hidden-state features (int64, ascending)."""
-    features: np.ndarray = field(default_factory=lambda: _frozen(np.zeros((0, 0))))
+    features: np.ndarray = field(default_factory=lambda: frozen(np.zeros((0, 0))))
     """``features[j]`` belongs to row ``feature_rows[j]`` (float64, k x dim)."""
     now: float = 0.0
     """Host time of this pass, in seconds."""
@@ -103,13 +104,13 @@ class QueueColumns:
         """Columns of a ``QueueView`` (O(n) Python; the simulator's path)."""
         reqs = queue.requests
         n = len(reqs)
-        cols = {name: _frozen(np.fromiter((getattr(r, name) for r in reqs), np.int64, n))
+        cols = {name: frozen(np.fromiter((getattr(r, name) for r in reqs), np.int64, n))
                 for name in INT_FIELDS}
         rows = [i for i, r in enumerate(reqs) if r.features is not None]
         features = (np.array([reqs[i].features for i in rows], dtype=float) if rows
                     else np.zeros((0, 0)))
-        return cls(arrival_time=_frozen(np.fromiter((r.arrival_time for r in reqs), float, n)),
-                   feature_rows=_frozen(np.array(rows, dtype=np.int64)), features=_frozen(features),
+        return cls(arrival_time=frozen(np.fromiter((r.arrival_time for r in reqs), float, n)),
+                   feature_rows=frozen(np.array(rows, dtype=np.int64)), features=frozen(features),
                    now=queue.now, processed_tokens=queue.processed_tokens, num_running=queue.num_running,
                    admit_limit=queue.admit_limit, prefill_budget_tokens=queue.prefill_budget_tokens,
                    **cols)

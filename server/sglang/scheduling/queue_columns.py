@@ -23,14 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from policies.scheduling.columns import INT_FIELDS, QueueColumns
+from policies.scheduling.columns import INT_FIELDS, QueueColumns, frozen
 from policies.views import RequestView
 from server.sglang.scheduling.views import request_view
-
-
-def _frozen(a: np.ndarray) -> np.ndarray:
-    a.setflags(write=False)
-    return a
 
 
 @dataclass
@@ -152,15 +147,15 @@ class QueueColumnStore:
     def columns(self, rows: np.ndarray, *, now: float, processed_tokens: int, num_running: int,
                 admit_limit: int | None, prefill_budget_tokens: float) -> QueueColumns:
         """The queue (``rows``, in queue order) as read-only columns."""
-        cols = {name: _frozen(col[rows]) for name, col in self._int.items()}
+        cols = {name: frozen(col[rows]) for name, col in self._int.items()}
         feature_rows = np.zeros(0, np.int64)
         features = np.zeros((0, 0))
         if self._features:
             feature_rows = np.flatnonzero(self._has_features[rows])
             if len(feature_rows):
                 features = np.stack([self._features[row] for row in rows[feature_rows].tolist()])
-        return QueueColumns(arrival_time=_frozen(self._arrival_time[rows]),
-                            feature_rows=_frozen(feature_rows), features=_frozen(features), now=now,
+        return QueueColumns(arrival_time=frozen(self._arrival_time[rows]),
+                            feature_rows=frozen(feature_rows), features=frozen(features), now=now,
                             processed_tokens=processed_tokens, num_running=num_running,
                             admit_limit=admit_limit, prefill_budget_tokens=prefill_budget_tokens, **cols)
 
