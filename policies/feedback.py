@@ -29,7 +29,7 @@ class FinishedView:
     aborted: bool = False
     """Aborted (client gone, rejected after admission, error) rather than finished."""
     features: tuple[float, ...] | None = None
-    """Prefill hidden-state features, when the host captured them (LEAP)."""
+    """The features the request was ranked on (``RequestView.features``), if any (LEAP)."""
 
 
 @runtime_checkable

@@ -43,9 +43,11 @@ class RequestView:
     session_id: str | None = None
     """Session the request belongs to, if the client named one."""
     features: tuple[float, ...] | None = None
-    """Hidden-state features the host captured at this request's prefill, for
-    policies whose ``needs.hidden_state_layer`` asks for them (LEAP); ``None`` before the
-    request's first prefill or when not captured."""
+    """Features the host computed for this request, for policies whose needs
+    ask for them (LEAP): the prompt's mean input embedding from arrival on
+    (``needs.prompt_embedding``), or a layer's hidden state once the request
+    was prefilled (``needs.hidden_state_layer``); ``None`` until then or when
+    not asked for."""
     prefix_path: tuple[int, ...] = ()
     """Where the request's cached prefix ends in the host's prefix tree: one
     key per tree node on the path from the root (excluded) down to the node

@@ -24,7 +24,7 @@ def git_commit() -> str:
         return subprocess.run(["git", *args], cwd=REPO_ROOT, text=True, capture_output=True,
                               check=True).stdout.strip()
 
-    paths = ("--", "bench", "conf", "policies")
+    paths = ("--", "bench", "compose", "conf", "policies", "server")
     try:
         commit = git("rev-parse", "--short", "HEAD")
         # NOTE: plumbing only: nothing here writes to the repository or its index.

@@ -1,16 +1,19 @@
 """LEAP's length head learning live on the CPU server: Spearman rank correlation vs updates.
 
-    python -m bench.scripts.leap_curve [--prompts 400] [--max-tokens 200] [--concurrency 8]
+    python -m bench.scripts.leap_curve [--prompts 500] [--max-tokens 200] [--concurrency 8]
 
 Starts ``python -m server +policy=leap server.feedback_log=...`` (float32),
-sends the project's LEAP prompt set (``bench/leap/prompts.py``) greedily, and
-reads the server's feedback log: for every finished request, the output length
-the head predicted from its real SmolLM2 hidden state *before* learning from
-it, and the true length the model produced. Prints the rank correlation over
+sends the project's LEAP prompt set (``bench/leap/prompts.py``, seed 0: the
+head's training split; live replays use other seeds) greedily, and reads the
+server's feedback log: for every finished request, the output length the head
+predicted from its real features (SmolLM2's mean prompt embedding, LEAP's
+default) *before* learning from it, and the true length the model produced. Prints the rank correlation over
 sliding windows as the head learns (PNG + JSON under ``results/leap/``), the
 correlation after ``--after`` updates (target >= 0.5 after 300), and the
 head's log-error model (mean, std of log(pred/true)) that the simulator's LEAP
 rows use; replays the logged updates offline to save the head (``head.npz``).
+The summary (``leap_curve.json``) and plot are written to ``bench/results/``:
+``bench.scripts.leap_sim`` reads the error model from there.
 Outputs capped at ``--max-tokens`` count as that length.
 """
 
@@ -26,6 +29,7 @@ import numpy as np
 
 from bench.leap.prompts import leap_prompts
 from bench.live.server import ServerProcess
+from bench.scripts.common import git_commit
 from policies.predictors.rls import RlsLengthHead
 
 
@@ -60,12 +64,13 @@ async def send_all(base_url: str, prompts: list[str], max_tokens: int, concurren
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--prompts", type=int, default=400)
+    ap.add_argument("--prompts", type=int, default=500)
     ap.add_argument("--max-tokens", type=int, default=200)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--window", type=int, default=100)
     ap.add_argument("--after", type=int, default=300)
     ap.add_argument("--out", type=Path, default=Path("results/leap"))
+    ap.add_argument("--summary", type=Path, default=Path("bench/results/leap_curve.json"))
     ap.add_argument("--reanalyse", action="store_true",
                     help="no server: analyse the feedback log an earlier run left in --out")
     args = ap.parse_args()
@@ -101,8 +106,12 @@ def main() -> None:
               "true_length_mean": float(true.mean()), "true_length_p50": float(np.median(true)),
               "capped_fraction": float((true >= args.max_tokens).mean()),
               f"spearman_after_{args.after}_uncapped": rho_uncut, "uncapped_after": int(uncut.sum())}
+    result["command"] = f"python -m bench.scripts.leap_curve --prompts {args.prompts} " \
+        f"--max-tokens {args.max_tokens} --concurrency {args.concurrency}"
+    result["commit"] = git_commit()
     (args.out / "curve.json").write_text(json.dumps(result, indent=1))
-    _plot(curve, args.out / "curve.png", args.window)
+    args.summary.write_text(json.dumps(result, indent=1) + "\n")
+    _plot(curve, args.summary.with_suffix(".png"), args.window)
     print(f"{'updates':>8} {'spearman':>9}")
     for end, rho in curve:
         print(f"{end - args.window:>8} {rho:9.3f}")
@@ -121,7 +130,7 @@ def _plot(curve: list[tuple[int, float]], path: Path, window: int) -> None:
     ax.axhline(0.5, ls="--", c="gray")
     ax.set_xlabel(f"online updates before the window (window = {window} requests)")
     ax.set_ylabel("Spearman(predicted, true)")
-    ax.set_title("LEAP length head, live SmolLM2 hidden states")
+    ax.set_title("LEAP length head, live SmolLM2 prompt embeddings")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -54,10 +54,14 @@ class SchedulingNeeds:
     prefix_path: bool = False
     """The order reads ``RequestView.prefix_path``; hosts walk the tree for
     it only when asked (it costs time)."""
+    prompt_embedding: bool = False
+    """The host gives each request, when it arrives and before it is first
+    ranked, the mean of the serving model's input token embeddings over its
+    prompt (layer 0's residual stream, pooled) as ``RequestView.features``."""
     hidden_state_layer: int | None = None
     """Decoder layer whose input hidden state the host captures at each
-    request's last prompt token (``RequestView.features``); ``None``: no
-    capture (and no cost)."""
+    request's last prompt token (``RequestView.features``), available only
+    after the request's prefill; ``None``: no capture (and no cost)."""
 
 
 @dataclass(frozen=True, slots=True)

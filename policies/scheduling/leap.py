@@ -1,27 +1,32 @@
 """``+policy=leap``: shortest predicted remaining output first, lengths predicted from
-the serving model's own prefill hidden state by a linear head learned online.
+the serving model's own representation of the prompt by a linear head learned online.
 
-* **Features.** The host captures, for each request, the hidden state (the
-  residual stream entering decoder layer ``hidden_state_layer``) at its last
-  prompt token during prefill, and hands it to the policy as
-  ``RequestView.features`` / ``FinishedView.features``. No encoder model.
+* **Features.** By default the host computes, when a request arrives and
+  before it is first ranked, the mean of the serving model's input token
+  embeddings over the prompt: the residual stream entering decoder layer 0,
+  pooled (``RequestView.features``). It is a gather from the embedding table
+  the server already holds: no forward pass, no encoder model. With
+  ``hidden_state_layer=k`` the feature is instead the input hidden state of
+  layer ``k`` at the last prompt token, which exists only after the prefill.
 * **Prediction.** A ``LengthPredictor`` (default ``RlsLengthHead``: log-length,
   recursive least squares with forgetting) starts from zero knowledge (or a
   saved head, ``head_path``) and is corrected after every finished request.
-* **Order.** Requests whose features are known are ranked by predicted
-  remaining tokens ``max(1, predicted - generated)``; requests not yet
-  prefilled have no features and are ranked by the prior (the running mean of
-  finished lengths). Aging divides the rank by ``1 + waited / aging_tokens``
-  (waiting on the prefill-token clock), so nothing starves.
+* **Order.** Requests are ranked by predicted remaining tokens
+  ``max(1, predicted - generated)``; a request without features is ranked by
+  the prior (the running mean of finished lengths). Aging divides the rank by
+  ``1 + waited / aging_tokens`` (waiting on the prefill-token clock), so
+  nothing starves.
+
+NOTE: inside SGLang the queue decides which request is prefilled, and so
+starts decoding, next: the prediction that drives it must exist before the
+prefill. The prompt embedding does; a layer-``k`` hidden state does not (with
+``hidden_state_layer`` set, fresh arrivals share the prior and keep arrival
+order; only requests that come back to the queue are reordered). The
+simulator gives LEAP one prediction per request at arrival, with the error
+measured for the prompt-embedding head live (``bench/results/leap.md``).
 
 NOTE: the policy ranks columns (``rank``): one vectorized prediction over the
 rows that carry features and one sort per pass, whatever the queue length.
-
-NOTE: inside SGLang the features of a request exist only after its prefill, so
-what LEAP reorders there are requests that come back to the queue (retracted
-under memory pressure, or resumed); fresh arrivals keep arrival order under the
-common prior. The simulator can give the head's predictions (with its measured
-error) at arrival, which is how its sweeps evaluate LEAP.
 """
 
 from __future__ import annotations
@@ -42,15 +47,16 @@ class LeapPolicy(ColumnarOrder):
     """LEAP scheduling (see module docs)."""
 
 
-    def __init__(self, hidden_state_layer: int = 15, feature_dim: int = 576,
+    def __init__(self, hidden_state_layer: int | None = None, feature_dim: int = 576,
                  forgetting: float = 0.999, ridge: float = 1.0, prior_tokens: float = 64.0,
                  aging_tokens: float = 1048576.0, head_path: str | None = None) -> None:
-        if hidden_state_layer < 0 or aging_tokens <= 0:
-            raise ValueError("need hidden_state_layer >= 0 and aging_tokens > 0")
-        self.needs = SchedulingNeeds(cache_hits=False, hidden_state_layer=hidden_state_layer)
-        """No prefix matching (the order reads predicted lengths only); the host
-        captures the input hidden state of decoder layer ``hidden_state_layer``
-        at each request's prefill."""
+        if (hidden_state_layer is not None and hidden_state_layer < 0) or aging_tokens <= 0:
+            raise ValueError("need hidden_state_layer >= 0 (or None) and aging_tokens > 0")
+        self.needs = SchedulingNeeds(cache_hits=False, prompt_embedding=hidden_state_layer is None,
+                                     hidden_state_layer=hidden_state_layer)
+        """No prefix matching (the order reads predicted lengths only); features:
+        the prompt's mean input embedding at arrival, or (``hidden_state_layer``)
+        a layer's hidden state after prefill."""
         self.aging_tokens = aging_tokens
         self.predictor: LengthPredictor = (
             RlsLengthHead.load(Path(head_path)) if head_path else

@@ -1,16 +1,67 @@
-"""LEAP inside the live CPU server: the captured prefill hidden state is exactly HF's, and
-the length head learns from every finished request (feedback log)."""
+"""LEAP inside the live CPU server.
+
+* Its features exist when a request arrives and equal HF's mean input embedding
+  of the prompt; the length head learns from every finished request exactly as
+  an offline replay of the feedback log does.
+* Its predictions reorder the queue: with one running request, queued requests
+  are served in predicted-length order, where SGLang's own ``fcfs`` (the shared
+  stock server) serves the same burst in arrival order.
+"""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import httpx
+import numpy as np
 import pytest
+
+from bench.leap.prompts import TOPICS
+from policies.predictors.rls import RlsLengthHead
 
 pytestmark = pytest.mark.server
 
 PROMPTS = ["What is 2+2?", "Write a short poem about the sea.", "List five colors."]
+#: Templates whose answers are a word, and ones whose answers are pages.
+SHORT = ("Answer yes or no: is {t} older than one hundred years?", "In one word, what color do you associate with {t}?")
+LONG = ("Write a detailed essay about the history of {t}.", "Tell a story about a child who discovers {t}.")
+#: The burst: long and short interleaved, so arrival order and predicted order differ.
+BURST_TOPICS = ("coffee", "whales", "chess", "glaciers", "tea", "trains")
+
+
+def burst_prompts() -> list[str]:
+    return [(LONG if i % 2 == 0 else SHORT)[i // 2 % 2].format(t=t) for i, t in enumerate(BURST_TOPICS)]
+
+
+def prompt_ids(hf, text: str):
+    tok = hf.tok
+    return tok(tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                       tokenize=False), add_special_tokens=False, return_tensors="pt").input_ids
+
+
+def mean_embedding(hf, text: str) -> np.ndarray:
+    import torch
+
+    with torch.no_grad():
+        return hf.model.get_input_embeddings()(prompt_ids(hf, text))[0].mean(0).numpy().astype(float)
+
+
+@pytest.fixture(scope="module")
+def head_path(hf, tmp_path_factory):
+    """A head that has learned "word" templates answer in 2 tokens and "pages" ones in 200,
+    from HF's embeddings of other topics than the burst's (the mechanism under test is the
+    ordering; the head's accuracy on real lengths is bench/results/leap.md's)."""
+    head = RlsLengthHead(dim=576)
+    for t in TOPICS:
+        if t in BURST_TOPICS:
+            continue
+        for template, label in [(s, 2) for s in SHORT] + [(g, 200) for g in LONG]:
+            head.update(mean_embedding(hf, template.format(t=t)), label)
+    path = tmp_path_factory.mktemp("leap") / "head.npz"
+    head.save(path)
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -19,29 +70,77 @@ def feedback_log(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(start_server, feedback_log):
-    s = start_server("model.dtype=float32", "+policy=leap", f"server.feedback_log={feedback_log}")
+def server(start_server, feedback_log, head_path):
+    s = start_server("model.dtype=float32", "+policy=leap", f"server.feedback_log={feedback_log}",
+                     f"policy.head_path={head_path}", "sglang.max_running_requests=1")
     yield s
     s.stop()
 
 
-def test_captured_features_equal_hf_hidden_state_and_the_head_learns(server, feedback_log, hf):
-    import torch
+def chat(base_url: str, text: str, max_tokens: int, **extra) -> httpx.Response:
+    return httpx.post(base_url + "/v1/chat/completions", timeout=300, json={
+        "model": "default", "messages": [{"role": "user", "content": text}], "max_tokens": max_tokens,
+        "temperature": 0, **extra})
 
+
+def test_features_are_hf_mean_prompt_embedding_and_the_head_learns_online(server, feedback_log, head_path, hf):
     for q in PROMPTS:
-        r = httpx.post(server.base_url + "/v1/chat/completions", timeout=300, json={
-            "model": "default", "messages": [{"role": "user", "content": q}], "max_tokens": 24, "temperature": 0})
-        assert r.status_code == 200
+        assert chat(server.base_url, q, 24).status_code == 200
     records = [json.loads(line) for line in feedback_log.read_text().splitlines()]
     ours = [r for r in records if r["num_input_tokens"] > 8][-len(PROMPTS):]  # skip warm-up/health requests
-    tok, model = hf.tok, hf.model
     for q, rec in zip(PROMPTS, ours):
-        ids = tok(tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
-                                          tokenize=False), add_special_tokens=False, return_tensors="pt").input_ids
-        assert rec["num_input_tokens"] == ids.shape[1]
-        with torch.no_grad():
-            hidden = model(ids, output_hidden_states=True).hidden_states[15][0, -1]
-        assert torch.allclose(torch.tensor(rec["features"]), hidden, atol=1e-3, rtol=1e-4)
-    predictions = [r["predicted_output_tokens"] for r in records]
-    assert predictions[0] == pytest.approx(64.0)  # prior, before any update
-    assert len(set(round(p, 6) for p in predictions)) == len(predictions)  # it learned each time
+        assert rec["num_input_tokens"] == prompt_ids(hf, q).shape[1]
+        np.testing.assert_allclose(rec["features"], mean_embedding(hf, q), atol=1e-5, rtol=1e-4)
+    # Every logged prediction is what the saved head, updated on the earlier finished requests
+    # in log order, predicts: the server learns online, from each request once.
+    replay = RlsLengthHead.load(head_path)
+    for rec in records:
+        assert rec["features"] is not None  # every request has them, from arrival on
+        assert rec["predicted_output_tokens"] == pytest.approx(replay.predict(rec["features"]), rel=1e-6)
+        if not rec["aborted"]:
+            replay.update(rec["features"], rec["num_output_tokens"])
+
+
+def serve_burst(base_url: str) -> tuple[list[str], float, float]:
+    """A long blocker, then the burst queued behind it 0.1 s apart; returns the burst's
+    prompts in completion order, when the last one was sent and when the blocker finished."""
+    done: list[tuple[float, str]] = []
+    lock = threading.Lock()
+    blocker_end: list[float] = []
+
+    def blocker() -> None:
+        chat(base_url, "Write a detailed essay about the history of jazz.", 96, ignore_eos=True).raise_for_status()
+        blocker_end.append(time.monotonic())
+
+    def one(text: str) -> None:
+        chat(base_url, text, 16).raise_for_status()
+        with lock:
+            done.append((time.monotonic(), text))
+
+    threads = [threading.Thread(target=blocker)]
+    threads[0].start()
+    time.sleep(0.5)
+    for text in burst_prompts():
+        threads.append(threading.Thread(target=one, args=(text,)))
+        threads[-1].start()
+        time.sleep(0.1)
+    last_sent = time.monotonic()
+    for t in threads:
+        t.join()
+    return [text for _, text in sorted(done)], last_sent, blocker_end[0]
+
+
+def test_leap_serves_the_queue_in_predicted_order_where_fcfs_keeps_arrival_order(server, stock_server, head_path, hf):
+    head = RlsLengthHead.load(head_path)
+    predicted = {q: head.predict(mean_embedding(hf, q)) for q in burst_prompts()}
+    short = {q for q in predicted if predicted[q] < 20}
+    assert len(short) == 3 and all(predicted[q] > 100 for q in set(predicted) - short)
+
+    leap_order, last_sent, blocker_end = serve_burst(server.base_url)
+    assert last_sent < blocker_end, "the burst must queue behind the blocker"
+    assert set(leap_order[:3]) == short, f"LEAP served {leap_order}; predictions {predicted}"
+    assert leap_order != burst_prompts()
+
+    fcfs_order, last_sent, blocker_end = serve_burst(stock_server.base_url)
+    assert last_sent < blocker_end
+    assert fcfs_order == burst_prompts()

@@ -1,6 +1,13 @@
-"""Capture a decoder layer's input hidden state at each sequence's last prefill token.
+"""Per-request features for learning policies (LEAP), from the serving model itself.
 
-For policies whose ``needs.hidden_state_layer`` is set (LEAP). A forward pre-hook on
+``PromptEmbedding`` (``needs.prompt_embedding``): when a request arrives, the mean
+of the model's input token embeddings over its prompt, read from the embedding
+table the model runner holds (no forward pass). It exists before the request is
+first ranked, so it can decide which request is prefilled first.
+
+``HiddenStateCapture`` (``needs.hidden_state_layer``): a decoder layer's input
+hidden state at each sequence's last prefill token, known only after the prefill.
+A forward pre-hook on
 that layer of the model the scheduler's model runner holds passes SGLang's own
 ``capture_output`` callback (the one its EAGLE3/DFlash aux capture uses) on
 extend (prefill) forwards: the layer hands it the residual stream entering the
@@ -19,6 +26,39 @@ from typing import Any
 import torch
 
 FEATURES_ATTR = "_switchboard_features"
+
+
+#: Prompt tokens gathered per step: bounds the temporary to CHUNK x hidden size.
+CHUNK = 8192
+
+
+class PromptEmbedding:
+    """The mean input embedding of a prompt (see module docs).
+
+    NOTE: the table must be whole: with tensor parallelism each rank holds a
+    vocabulary shard, so ``tp_size > 1`` is refused at startup rather than
+    giving ranks different features.
+    """
+
+    def __init__(self, model: torch.nn.Module, tp_size: int) -> None:
+        if tp_size != 1:
+            raise ValueError(f"prompt-embedding features need tp_size=1 (got {tp_size}): "
+                             "each rank would hold only a vocabulary shard of the embedding table")
+        embed = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") \
+            else model.get_submodule("model.embed_tokens")
+        self.weight: torch.Tensor = embed.weight
+
+    def of(self, token_ids: list[int]) -> torch.Tensor:
+        """float32 mean of the embeddings of ``token_ids`` (zeros for an empty prompt)."""
+        ids = torch.as_tensor(token_ids, dtype=torch.long, device=self.weight.device)
+        total = torch.zeros(self.weight.shape[1], dtype=torch.float32, device=self.weight.device)
+        with torch.no_grad():
+            for start in range(0, len(ids), CHUNK):
+                total += self.weight.index_select(0, ids[start:start + CHUNK]).float().sum(0)
+        return total / max(1, len(ids))
+
+    def attach(self, req: Any) -> None:
+        setattr(req, FEATURES_ATTR, self.of(req.origin_input_ids))
 
 
 class HiddenStateCapture:

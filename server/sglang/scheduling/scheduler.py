@@ -30,7 +30,7 @@ from policies.admission import AdmissionPolicy
 from policies.feedback import EndsSessions
 from policies.scheduling import SchedulingPolicy
 from server.sglang.cache.gap_prefill import GapRecomputeCounter, gap_prefill_adder
-from server.sglang.scheduling.capture import HiddenStateCapture
+from server.sglang.scheduling.capture import HiddenStateCapture, PromptEmbedding
 from server.sglang.scheduling.feedback import FinishReporter, streamer_class
 from server.sglang.scheduling.gate import AdmissionGate, gated_adder
 from server.sglang.scheduling.ordering import SwitchboardSchedulePolicy
@@ -91,6 +91,8 @@ def install_seams(scheduler: Any, order: SchedulingPolicy | None, admission: Adm
     layer = order.needs.hidden_state_layer if order is not None else None
     s._switchboard_capture = (HiddenStateCapture(s.tp_worker.model_runner.model, layer)
                               if layer is not None else None)
+    s._switchboard_embedding = (PromptEmbedding(s.tp_worker.model_runner.model, s.tp_size)
+                                if order is not None and order.needs.prompt_embedding else None)
     s._switchboard_gate = AdmissionGate(s, admission) if admission else None
     # NOTE: gap recompute whenever the cache can hold gaps (+cache=penelope)
     s._switchboard_gaps = GapRecomputeCounter() if hasattr(s.tree_cache, "gap_at") else None
@@ -180,6 +182,9 @@ def scheduler_class(order: SchedulingPolicy | None, admission: AdmissionPolicy |
                 if not admit_on_arrival(self, req):
                     self._release_aborted_request(req)
                     return
+                if self._switchboard_embedding is not None:
+                    # NOTE: before the request is first ranked (LEAP orders fresh arrivals)
+                    self._switchboard_embedding.attach(req)
             super()._add_request_to_queue(req, is_retracted)
 
     return SwitchboardScheduler
