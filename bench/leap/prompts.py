@@ -7,6 +7,9 @@ items, explanations, step-by-step instructions, letters, stories, code), over a
 few dozen topics. The *true* output length of each prompt is what the serving
 model itself generates for it (greedy, up to a cap), measured live, never
 assumed from the template.
+
+NOTE: two splits by topic: the head is trained (``leap_curve``) on ``train``
+topics only and judged live (``leap_live``) on ``eval`` topics it never saw.
 """
 
 from __future__ import annotations
@@ -41,17 +44,29 @@ TEMPLATES = (
 )
 
 
-def leap_prompts(n: int, seed: int = 0) -> list[str]:
-    """``n`` distinct prompts, the same for the same ``seed``."""
+#: Topics of each split (``eval`` topics never reach the head's training).
+SPLITS = {"train": TOPICS[:26], "eval": TOPICS[26:]}
+COUNTS = (3, 5, 8, 12)
+
+
+def distinct_prompts(split: str) -> int:
+    """How many distinct prompts ``split`` has."""
+    per_topic = sum(len(COUNTS) if "{n}" in t else 1 for t, _ in TEMPLATES)
+    return per_topic * len(SPLITS[split])
+
+
+def leap_prompts(n: int, seed: int = 0, split: str = "train") -> list[str]:
+    """``n`` distinct prompts on ``split``'s topics, the same for the same ``seed``."""
+    if n > distinct_prompts(split):
+        raise ValueError(f"only {distinct_prompts(split)} distinct {split} prompts exist; asked for {n}")
     rng = random.Random(seed)
+    topics = SPLITS[split]
     seen: set[str] = set()
     out: list[str] = []
     while len(out) < n:
         template, _ = rng.choice(TEMPLATES)
-        prompt = template.format(t=rng.choice(TOPICS), n=rng.choice((3, 5, 8, 12)))
+        prompt = template.format(t=rng.choice(topics), n=rng.choice(COUNTS))
         if prompt not in seen:
             seen.add(prompt)
             out.append(prompt)
-        if len(seen) >= len(TOPICS) * len(TEMPLATES) * 4:
-            raise ValueError(f"only {len(out)} distinct prompts exist; asked for {n}")
     return out

@@ -3,8 +3,8 @@
     python -m bench.scripts.leap_curve [--prompts 500] [--max-tokens 200] [--concurrency 8]
 
 Starts ``python -m server +policy=leap server.feedback_log=...`` (float32),
-sends the project's LEAP prompt set (``bench/leap/prompts.py``, seed 0: the
-head's training split; live replays use other seeds) greedily, and reads the
+sends the project's LEAP prompt set (``bench/leap/prompts.py``, its ``train``
+topics; ``leap_live`` judges the head on the ``eval`` topics) greedily, and reads the
 server's feedback log: for every finished request, the output length the head
 predicted from its real features (SmolLM2's mean prompt embedding, LEAP's
 default) *before* learning from it, and the true length the model produced. Prints the rank correlation over
@@ -78,7 +78,7 @@ def main() -> None:
     log = (args.out / "feedback.jsonl").resolve()
     if not args.reanalyse:
         log.unlink(missing_ok=True)
-        prompts = leap_prompts(args.prompts)
+        prompts = leap_prompts(args.prompts, split="train")
         with ServerProcess(["model.dtype=float32", "+policy=leap", f"server.feedback_log={log}"],
                            args.out / "server.log") as server:
             asyncio.run(send_all(server.base_url, prompts, args.max_tokens, args.concurrency))
