@@ -1,14 +1,18 @@
 """LEAP in the simulator: mean per-token latency vs FCFS and SJF -> ``bench/results/leap.md``.
 
-    python -m bench.scripts.leap_sim                                  # error model from results/leap/curve.json
+    python -m bench.scripts.leap_sim                     # error model from bench/results/leap_curve.json
     python -m bench.scripts.leap_sim --log-error-std 0.9 --log-error-mean 0.1
 
-Rows per scenario: ``fcfs``; prompt-length SJF (``shortest_prompt``); the
-oracle SJF (``shortest_output``: the simulator's ``max_new_tokens`` is the true
+Rows per scenario: every SGLang built-in order (``fcfs``, ``lpm``,
+``dfs-weight``, ``hrrn``, ``lof``, ``shortest-prefill-first``); prompt-length
+SJF (``shortest_prompt``); the oracle SJF (``shortest_output``: the simulator's ``max_new_tokens`` is the true
 output length); and ``leap`` whose features are the simulated length signal
 (``sim.length_signal_*``, bench/sim/signal.py) with the log-error model the
-live head measured (``python -m bench.scripts.leap_curve`` writes it), learned
-online from zero by LEAP's own RLS head. Per-token latency = end-to-end latency
+live head measured (``python -m bench.scripts.leap_curve`` writes it to
+``bench/results/leap_curve.json``), learned online from zero by LEAP's own RLS
+head. Like the server (LEAP's default features are the prompt's mean input
+embedding, computed at arrival), the simulator gives each request its one
+prediction signal at arrival. Per-token latency = end-to-end latency
 / output tokens, averaged over finished requests. Target (issue 4): LEAP's
 mean per-token latency >= 15% below FCFS's.
 """
@@ -17,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,8 +36,10 @@ SCENARIOS = (
     ("azure x0.4", ("trace=azure_conversation", "trace.time_scale=0.4")),
     ("mooncake x3", ("trace=mooncake_conversation", "trace.time_scale=3.0")),
 )
-ROWS = (("fcfs", "fcfs"), ("prompt-length SJF", "shortest_prompt"),
-        ("oracle SJF", "shortest_output"), ("LEAP", "leap"))
+#: SGLang's built-in orders (the simulator runs our reproductions, checked against SGLang's).
+BUILTINS = ("fcfs", "lpm", "dfs-weight", "hrrn", "lof", "shortest-prefill-first")
+ROWS = tuple((b, b) for b in BUILTINS) + (
+    ("prompt-length SJF", "shortest_prompt"), ("oracle SJF", "shortest_output"), ("LEAP", "leap"))
 #: LEAP's aging sweep (``policy.aging_tokens``: waited prefill tokens that halve
 #: a rank). The default in conf/policy/leap.yaml is the strongest aging (smallest
 #: value) that meets the target in every scenario; the table shows the tail it costs.
@@ -52,7 +57,7 @@ def row_overrides(scenario: tuple[str, ...], policy: str, std: float, mean: floa
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--curve", type=Path, default=Path("results/leap/curve.json"))
+    ap.add_argument("--curve", type=Path, default=Path("bench/results/leap_curve.json"))
     ap.add_argument("--log-error-std", type=float, default=None)
     ap.add_argument("--log-error-mean", type=float, default=None)
     add_output_args(ap, "leap", "leap_sim")
@@ -79,8 +84,6 @@ def main() -> None:
             print(f"{name} {label}: per-token {s['per_token_latency_s']['mean']:.4f} s "
                   f"({time.perf_counter() - t0:.0f} s)", flush=True)
     args.out.write_text(render(table, std, mean, source, live))
-    if live is not None and (args.curve.parent / "curve.png").exists():
-        shutil.copyfile(args.curve.parent / "curve.png", args.out.parent / "leap_curve.png")
     print(f"wrote {args.out}")
 
 
@@ -91,14 +94,16 @@ def render(table: dict, std: float, mean: float, source: str, live: dict | None)
              "model; compare rows, not absolute numbers). LEAP's features: "
              f"log(1 + true output) + N({mean:.3f}, {std:.3f}) per request, the head's log-error "
              f"model {source}; its RLS head (`policy.feature_dim=1`) learns online from zero. "
-             "The oracle SJF orders by the true output length. Unlike inside SGLang (where the "
-             "hidden state exists only after prefill, so LEAP reorders requests that return to "
-             "the queue), the simulator gives LEAP its prediction at arrival: this is the "
-             "scheduling gain the predictor's accuracy allows.", ""]
+             "The oracle SJF orders by the true output length, and so does `lof` in reverse "
+             "(the simulator's `max_new_tokens` is the true length; live it is the client's cap). "
+             "As on the server (LEAP's features are the prompt's mean input embedding, computed "
+             "when a request arrives), LEAP has its prediction when the request arrives. Verdicts "
+             "compare LEAP with the best SGLang built-in on per-token latency. Live: "
+             "[leap_live.md](leap_live.md).", ""]
     if live is not None:
         rho = next((v for k, v in live.items() if k.startswith("spearman_after")), None)
-        lines += [f"Live head (SmolLM2-135M hidden states, `python -m bench.scripts.leap_curve "
-                  f"--prompts 500`, outputs capped at {live['max_tokens']} tokens, true length p50 "
+        lines += [f"Live head (SmolLM2-135M mean prompt embeddings, `{live.get('command', 'python -m bench.scripts.leap_curve')}` "
+                  f"at commit {live.get('commit', 'unknown')}, `train` topics, outputs capped at {live['max_tokens']} tokens, true length p50 "
                   f"{live['true_length_p50']:.0f}): Spearman {fmt(rho)} over the requests after "
                   f"300 updates (target >= 0.5), log-error mean {live['log_error_mean']:.3f}, "
                   f"std {live['log_error_std']:.3f}. {live.get('capped_fraction', 0):.0%} of outputs "
@@ -109,13 +114,17 @@ def render(table: dict, std: float, mean: float, source: str, live: dict | None)
                   "| updates before the window | " + " | ".join(str(e - live["window"]) for e, _ in live["curve"]) + " |",
                   "|---|" + "---|" * len(live["curve"]),
                   "| Spearman | " + " | ".join(f"{r:.2f}" for _, r in live["curve"]) + " |", ""]
-    lines += ["| scenario | " + " | ".join(label for label, _ in ROWS) + " | LEAP vs FCFS | target met |",
-              "|---|" + "---|" * (len(ROWS) + 2)]
+    lines += ["| scenario | " + " | ".join(label for label, _ in ROWS)
+              + " | LEAP vs FCFS | target met | LEAP vs best built-in |",
+              "|---|" + "---|" * (len(ROWS) + 3)]
     for name, rows in table.items():
         per = {label: rows[label]["summary"]["per_token_latency_s"]["mean"] for label, _ in ROWS}
         gain = 1 - per["LEAP"] / per["fcfs"]
+        # NOTE: lof reads the true length in the simulator: an oracle, not a built-in there
+        best = min((b for b in BUILTINS if b != "lof"), key=lambda b: per[b])
         cells = [f"{per[label] * 1e3:.1f} ms" for label, _ in ROWS]
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {-gain:+.1%} | {'yes' if gain >= TARGET else 'NO'} |")
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {-gain:+.1%} | {'yes' if gain >= TARGET else 'NO'} | "
+                     f"{per['LEAP'] / per[best] - 1:+.1%} vs {best} |")
     lines += ["", "Mean per-token latency (end-to-end / output tokens). TTFT p50 / p99 and E2E mean "
               "for context:", "", "| scenario | " + " | ".join(label for label, _ in ROWS) + " |",
               "|---|" + "---|" * len(ROWS)]
