@@ -1,0 +1,71 @@
+"""A committed table still says what its own commands give: one row each of
+``fairway.md`` and ``leap.md`` is re-run from the command the table prints and
+compared cell for cell. A change to the simulator or a policy that moves a
+number fails here until the table is rebuilt (docs/evaluation.md, rule 5)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.config import compose_bench, resolve_bench
+from bench.report import fmt
+from bench.run import run_bench
+from bench.traces.paths import default_data_root
+from tests.data import needs_data
+
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
+SCENARIO = "azure x0.4 [1800, 2400) s"
+WINDOW = "trace.window_start_s=1800 trace.window_end_s=2400"
+
+pytestmark = needs_data(default_data_root() / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv")
+
+
+def table_rows(text: str, heading: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The header and rows (by first cell) of the first table after ``heading``."""
+    after = text.split(heading, 1)[1]
+    lines = [ln for ln in after.splitlines() if ln.startswith("|")]
+    block = []
+    for ln in lines:
+        block.append(ln)
+        if len(block) > 2 and not ln.startswith("|"):
+            break
+    header = [c.strip() for c in block[0].strip("|").split("|")]
+    rows: dict[str, list[str]] = {}
+    for ln in block[2:]:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        if len(cells) != len(header):
+            break
+        rows[cells[0]] = cells[1:]
+    return header[1:], rows
+
+
+def command(text: str, policy: str) -> list[str]:
+    """The overrides of the one printed command of ``SCENARIO`` (steady Azure window) and ``policy``."""
+    found = [ln.removeprefix("python -m bench ").split() for ln in text.splitlines()
+             if ln.startswith("python -m bench ") and WINDOW in ln and "trace.surges" not in ln]
+    found = [ov for ov in found if "trace=azure_conversation" in ov and f"+policy={policy}" in ov]
+    assert len(found) == 1, f"{len(found)} commands for {policy} on {SCENARIO}"
+    return found[0]
+
+
+def run(overrides: list[str], tmp_path: Path) -> dict:
+    settings = resolve_bench(compose_bench([*overrides, "output.progress=false", "output.plots=false"]))
+    return run_bench(settings, tmp_path)["summary"]
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "fairway"])
+def test_fairway_table_row_is_what_its_command_gives(policy, tmp_path):
+    text = (RESULTS / "fairway.md").read_text()
+    header, rows = table_rows(text, "## TTFT p50 / p90 / p99 (s), evaluation split")
+    s = run(command(text, policy), tmp_path)["ttft_s"]
+    assert rows[SCENARIO][header.index(policy)] == f"{fmt(s['p50'])} / {fmt(s['p90'])} / {fmt(s['p99'])}"
+
+
+@pytest.mark.parametrize("label,policy", [("fcfs", "fcfs"), ("LEAP", "leap")])
+def test_leap_table_row_is_what_its_command_gives(label, policy, tmp_path):
+    text = (RESULTS / "leap.md").read_text()
+    header, rows = table_rows(text, "Mean per-token latency (ms):")
+    s = run(command(text, policy), tmp_path)
+    assert rows[SCENARIO][header.index(label)] == f"{s['per_token_latency_s']['mean'] * 1e3:.1f}"
