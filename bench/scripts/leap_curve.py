@@ -75,6 +75,7 @@ def main() -> None:
                     help="no server: analyse the feedback log an earlier run left in --out")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    commit = git_commit()  # NOTE: the code that produces the data: stamped before the run
     log = (args.out / "feedback.jsonl").resolve()
     if not args.reanalyse:
         log.unlink(missing_ok=True)
@@ -108,7 +109,7 @@ def main() -> None:
               f"spearman_after_{args.after}_uncapped": rho_uncut, "uncapped_after": int(uncut.sum())}
     result["command"] = f"python -m bench.scripts.leap_curve --prompts {args.prompts} " \
         f"--max-tokens {args.max_tokens} --concurrency {args.concurrency}"
-    result["commit"] = git_commit()
+    result["commit"] = commit
     (args.out / "curve.json").write_text(json.dumps(result, indent=1))
     args.summary.write_text(json.dumps(result, indent=1) + "\n")
     _plot(curve, args.summary.with_suffix(".png"), args.window)

@@ -1,0 +1,186 @@
+"""LEAP vs SGLang's built-in orders on the live CPU server -> ``bench/results/leap_live.md``.
+
+    OMP_NUM_THREADS=2 python -m bench.scripts.leap_live [--requests 120] [--rate 0.4] [--seeds 0]
+
+For each policy, starts ``python -m server +policy=<policy>`` (float32,
+``sglang.max_running_requests=--max-running``) and replays the same workload:
+the LEAP prompts of the held-out ``eval`` topics (``bench/leap/prompts.py``;
+the head never saw them), chat requests, greedy, at Poisson arrival times
+(``--rate`` per second, seeded; identical for every policy). The model decides
+each output's length (no ``ignore_eos``; capped at ``--max-tokens``), which is
+what LEAP predicts; a trace replay (``python -m bench live.endpoint=...``)
+forces every output length instead, so it cannot show LEAP.
+
+LEAP starts from the head ``leap_curve`` trained on the ``train`` topics
+(``--head``, written by ``python -m bench.scripts.leap_curve``) and keeps
+learning online during the replay, as it would in service. The built-in
+baselines run SGLang's own implementations. Per-token latency = end-to-end
+latency / output tokens (streamed, client-side), averaged over requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from bench.leap.prompts import leap_prompts
+from bench.live.server import ServerProcess
+from bench.scripts.common import add_output_args, git_commit
+from bench.scripts.leap_curve import spearman
+
+BUILTINS = ("fcfs", "lpm", "dfs-weight", "hrrn", "lof", "shortest-prefill-first")
+
+
+def arrivals(n: int, rate: float, seed: int) -> np.ndarray:
+    """Poisson arrival times (seconds from the start), the same for the same seed."""
+    return np.cumsum(np.random.default_rng(seed).exponential(1.0 / rate, n))
+
+
+async def replay(base_url: str, prompts: list[str], at: np.ndarray, max_tokens: int) -> list[dict]:
+    """Send ``prompts[i]`` at ``at[i]`` (streamed chat, greedy); one record per request."""
+    async with httpx.AsyncClient(base_url=base_url, timeout=1800) as client:
+        t0 = time.perf_counter() + 0.5
+
+        async def one(i: int) -> dict:
+            await asyncio.sleep(max(0.0, t0 + at[i] - time.perf_counter()))
+            sent = time.perf_counter()
+            first, tokens, chunks = None, None, 0
+            body = {"model": "default", "messages": [{"role": "user", "content": prompts[i]}],
+                    "max_tokens": max_tokens, "temperature": 0, "stream": True,
+                    "stream_options": {"include_usage": True}}
+            async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+                r.raise_for_status()
+                async for line in r.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    chunk = json.loads(line[6:])
+                    if chunk.get("usage"):
+                        tokens = chunk["usage"]["completion_tokens"]
+                    if any(c.get("delta", {}).get("content") for c in chunk.get("choices", [])):
+                        chunks += 1
+                        first = first or time.perf_counter()
+            end = time.perf_counter()
+            return {"i": i, "sent_s": sent - t0, "lag_s": sent - t0 - at[i], "ttft_s": (first or end) - sent,
+                    "e2e_s": end - sent, "output_tokens": tokens if tokens is not None else chunks}
+
+        return list(await asyncio.gather(*(one(i) for i in range(len(prompts)))))
+
+
+def summarize(records: list[dict]) -> dict[str, float]:
+    e2e = np.array([r["e2e_s"] for r in records])
+    out = np.array([max(1, r["output_tokens"]) for r in records])
+    ttft = np.array([r["ttft_s"] for r in records])
+    span = max(r["sent_s"] + r["e2e_s"] for r in records) - min(r["sent_s"] for r in records)
+    return {"per_token_s": float((e2e / out).mean()), "ttft_p50_s": float(np.percentile(ttft, 50)),
+            "ttft_p99_s": float(np.percentile(ttft, 99)), "e2e_mean_s": float(e2e.mean()),
+            "e2e_p99_s": float(np.percentile(e2e, 99)), "tokens_per_s": float(out.sum() / span),
+            "client_lag_max_s": float(max(r["lag_s"] for r in records))}
+
+
+def run_policy(policy: str, args: argparse.Namespace, prompts: list[str], at: np.ndarray,
+               folder: Path) -> tuple[list[dict], list[dict]]:
+    """One server, one replay: the records, and LEAP's feedback log (empty for built-ins)."""
+    feedback = (folder / f"{policy}_feedback.jsonl").resolve()
+    overrides = ["model.dtype=float32", f"sglang.max_running_requests={args.max_running}", f"+policy={policy}"]
+    if policy == "leap":  # NOTE: the row's inputs (its trained head), not a special case in a host
+        overrides += [f"policy.head_path={args.head.resolve()}", f"server.feedback_log={feedback}"]
+    with ServerProcess(overrides, folder / f"{policy}_server.log") as server:
+        for q in ("Hello!", "What is 2+2?"):  # NOTE: warm-up; the first forwards are slow
+            httpx.post(server.base_url + "/v1/chat/completions", timeout=300, json={
+                "model": "default", "messages": [{"role": "user", "content": q}], "max_tokens": 8}).raise_for_status()
+        httpx.post(server.base_url + "/flush_cache", timeout=60)
+        records = asyncio.run(replay(server.base_url, prompts, at, args.max_tokens))
+    logged = [json.loads(line) for line in feedback.read_text().splitlines()] if feedback.exists() else []
+    return records, logged
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--head", type=Path, default=Path("results/leap/head.npz"))
+    ap.add_argument("--requests", type=int, default=120)
+    ap.add_argument("--rate", type=float, default=0.4, help="arrivals per second (Poisson)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="arrival-time seeds")
+    ap.add_argument("--max-running", type=int, default=16)
+    ap.add_argument("--max-tokens", type=int, default=200)
+    ap.add_argument("--policies", nargs="+", default=["fcfs", "shortest-prefill-first", "leap"])
+    add_output_args(ap, "leap_live", "leap_live")
+    args = ap.parse_args()
+    if "leap" in args.policies and not args.head.exists():
+        ap.error(f"{args.head} does not exist: run python -m bench.scripts.leap_curve first")
+    args.results.mkdir(parents=True, exist_ok=True)
+    commit, started = git_commit(), time.time()
+    prompts = leap_prompts(args.requests, seed=0, split="eval")
+    runs: dict[int, dict[str, Any]] = {}
+    for seed in args.seeds:
+        at = arrivals(len(prompts), args.rate, seed)
+        runs[seed] = {}
+        for policy in args.policies:
+            records, logged = run_policy(policy, args, prompts, at, args.results / f"seed{seed}")
+            runs[seed][policy] = {"summary": summarize(records), "records": records, "feedback": logged}
+            print(seed, policy, json.dumps(runs[seed][policy]["summary"]), flush=True)
+    (args.results / "leap_live.json").write_text(json.dumps(runs, indent=1))
+    args.out.write_text(render(runs, args, commit, time.time() - started))
+    print(args.out.read_text())
+
+
+def prediction_quality(logged: list[dict], n: int) -> tuple[float, int]:
+    """Spearman of LEAP's logged predictions vs true lengths over the replay's requests."""
+    ours = [r for r in logged if not r["aborted"] and r["num_input_tokens"] > 8][-n:]
+    return spearman(np.array([r["predicted_output_tokens"] for r in ours]),
+                    np.array([r["num_output_tokens"] for r in ours])), len(ours)
+
+
+def render(runs: dict[int, dict[str, Any]], args: argparse.Namespace, commit: str, wall: float) -> str:
+    policies = args.policies
+    seeds = list(runs)
+    lines = [
+        "# LEAP on the live CPU server", "",
+        f"Produced by `OMP_NUM_THREADS=2 python -m bench.scripts.leap_live --requests {args.requests} "
+        f"--rate {args.rate} --seeds {' '.join(map(str, seeds))} --max-running {args.max_running} "
+        f"--max-tokens {args.max_tokens} --policies {' '.join(policies)}` at commit {commit} "
+        f"({datetime.now(UTC):%Y-%m-%d}, {wall / 60:.0f} min). SmolLM2-135M float32 on this machine's CPU, "
+        f"`sglang.max_running_requests={args.max_running}`. Workload: {args.requests} held-out LEAP prompts "
+        f"(`eval` topics), Poisson arrivals at {args.rate}/s, greedy, outputs decided by the model "
+        f"(capped at {args.max_tokens}). LEAP starts from the head trained by `python -m bench.scripts.leap_curve` "
+        "on the `train` topics and keeps learning online. Built-ins run SGLang's own implementations.", "",
+        "Mean per-token latency (end-to-end / output tokens), per arrival seed:", "",
+        "| seed | " + " | ".join(policies) + " | LEAP vs FCFS | LEAP vs best built-in |",
+        "|---|" + "---|" * (len(policies) + 2)]
+    for seed in seeds:
+        s = {p: runs[seed][p]["summary"] for p in policies}
+        row = [f"{s[p]['per_token_s'] * 1000:.0f} ms" for p in policies]
+        builtins = [p for p in policies if p in BUILTINS]
+        if "leap" in s and builtins:
+            best = min(builtins, key=lambda p: s[p]["per_token_s"])
+            row += [f"{s['leap']['per_token_s'] / s['fcfs']['per_token_s'] - 1:+.1%}" if "fcfs" in s else "",
+                    f"{s['leap']['per_token_s'] / s[best]['per_token_s'] - 1:+.1%} ({best})"]
+        else:
+            row += ["", ""]
+        lines.append(f"| {seed} | " + " | ".join(row) + " |")
+    lines += ["", "TTFT p50 / p99, E2E mean / p99 (s), output tokens/s:", "",
+              "| seed | policy | TTFT p50 | TTFT p99 | E2E mean | E2E p99 | tokens/s |", "|---|---|---|---|---|---|---|"]
+    for seed in seeds:
+        for p in policies:
+            s = runs[seed][p]["summary"]
+            lines.append(f"| {seed} | {p} | {s['ttft_p50_s']:.2f} | {s['ttft_p99_s']:.1f} | {s['e2e_mean_s']:.1f} | "
+                         f"{s['e2e_p99_s']:.1f} | {s['tokens_per_s']:.1f} |")
+    if "leap" in policies:
+        quality = [prediction_quality(runs[seed]["leap"]["feedback"], args.requests) for seed in seeds]
+        lines += ["", "LEAP's predictions on the held-out prompts (logged by the server before it learned from "
+                  "each request), Spearman vs the true length: "
+                  + ", ".join(f"seed {seed}: {rho:.2f} over {n}" for seed, (rho, n) in zip(seeds, quality)) + "."]
+    lag = max(runs[seed][p]["summary"]["client_lag_max_s"] for seed in seeds for p in policies)
+    lines += ["", f"Client send lag (sent - scheduled), max over all runs: {lag * 1000:.0f} ms.", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
