@@ -51,7 +51,7 @@ class FairwayPolicy(ColumnarOrder):
 
     # NOTE: defaults = conf/policy/fairway.yaml (chosen by bench/scripts/fairway.py)
     def __init__(self, queue_threshold: int = 32, aging_weight: float = 0.0,
-                 cap_ratio: float = 8.0, cap_floor_tokens: int = 0) -> None:
+                 cap_ratio: float = 4.0, cap_floor_tokens: int = 0) -> None:
         if queue_threshold < 0 or aging_weight < 0 or cap_ratio < 0 or cap_floor_tokens < 0:
             raise ValueError("fairway parameters must be >= 0 "
                              f"(queue_threshold={queue_threshold}, aging_weight={aging_weight}, "

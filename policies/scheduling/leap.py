@@ -49,7 +49,7 @@ class LeapPolicy(ColumnarOrder):
 
     def __init__(self, hidden_state_layer: int | None = None, feature_dim: int = 576,
                  forgetting: float = 0.999, ridge: float = 1.0, prior_tokens: float = 64.0,
-                 aging_tokens: float = 1048576.0, head_path: str | None = None) -> None:
+                 aging_tokens: float = 4194304.0, head_path: str | None = None) -> None:
         if (hidden_state_layer is not None and hidden_state_layer < 0) or aging_tokens <= 0:
             raise ValueError("need hidden_state_layer >= 0 (or None) and aging_tokens > 0")
         self.needs = SchedulingNeeds(cache_hits=False, prompt_embedding=hidden_state_layer is None,
