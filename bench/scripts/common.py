@@ -24,7 +24,9 @@ def git_commit() -> str:
         return subprocess.run(["git", *args], cwd=REPO_ROOT, text=True, capture_output=True,
                               check=True).stdout.strip()
 
-    paths = ("--", "bench", "compose", "conf", "policies", "server")
+    # NOTE: the code and configs that make a table; not the committed tables
+    # themselves (one table's script must not mark another table's stamp).
+    paths = ("--", "bench", "compose", "conf", "policies", "server", ":(exclude)bench/results")
     try:
         commit = git("rev-parse", "--short", "HEAD")
         # NOTE: plumbing only: nothing here writes to the repository or its index.

@@ -24,13 +24,13 @@ pytestmark = needs_data(default_data_root() / "azure_llm_2023" / "AzureLLMInfere
 
 def table_rows(text: str, heading: str) -> tuple[list[str], dict[str, list[str]]]:
     """The header and rows (by first cell) of the first table after ``heading``."""
-    after = text.split(heading, 1)[1]
-    lines = [ln for ln in after.splitlines() if ln.startswith("|")]
+    after = text.split(heading, 1)[1].splitlines()
+    start = next(i for i, ln in enumerate(after) if ln.startswith("|"))
     block = []
-    for ln in lines:
-        block.append(ln)
-        if len(block) > 2 and not ln.startswith("|"):
+    for ln in after[start:]:
+        if not ln.startswith("|"):
             break
+        block.append(ln)
     header = [c.strip() for c in block[0].strip("|").split("|")]
     rows: dict[str, list[str]] = {}
     for ln in block[2:]:
