@@ -88,6 +88,7 @@ def summarize(records: list[dict]) -> dict[str, float]:
 def run_policy(policy: str, args: argparse.Namespace, prompts: list[str], at: np.ndarray,
                folder: Path) -> tuple[list[dict], list[dict]]:
     """One server, one replay: the records, and LEAP's feedback log (empty for built-ins)."""
+    folder.mkdir(parents=True, exist_ok=True)
     feedback = (folder / f"{policy}_feedback.jsonl").resolve()
     overrides = ["model.dtype=float32", f"sglang.max_running_requests={args.max_running}", f"+policy={policy}"]
     if policy == "leap":  # NOTE: the row's inputs (its trained head), not a special case in a host
