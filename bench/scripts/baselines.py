@@ -25,7 +25,7 @@ from bench.scripts.common import add_output_args, git_commit
 #: conversation at 1x leaves it mostly idle.
 TRACES = (("mooncake_conversation", 3.0), ("azure_conversation", 0.4))
 #: ``None`` = no ``+policy`` (SGLang's built-in order), then the pure policies.
-POLICIES = (None, "fcfs", "lpm", "hrrn", "shortest-prefill-first", "shortest_prefill", "dfs-weight")
+POLICIES = (None, "fcfs", "lpm", "dfs-weight", "hrrn", "lof", "shortest-prefill-first", "shortest_prefill")
 COMMON = ("accelerator=h100", "model_profile=llama-3.1-8b")
 
 COLUMNS = ("policy", "finished", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p50",
@@ -52,6 +52,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_output_args(parser, "baselines", "baselines")
     args = parser.parse_args()
+    git_commit()  # NOTE: stamps the run now (cached), before any work
 
     sections = []
     for trace, scale in TRACES:
@@ -86,7 +87,9 @@ def render(sections) -> str:
         "`lpm` and `hrrn` keep the queue order while more than 128 wait, as SGLang does. Not "
         "modeled: native `shortest-prefill-first`'s cap on a running chunked prefill and its "
         "one-chunked-request rule; native `hrrn`'s token clock, which in SGLang 0.5.23 also "
-        "advances on decode steps (the simulator counts prefill tokens only).",
+        "advances on decode steps (the simulator counts prefill tokens only). `lof` orders by "
+        "`max_new_tokens`, which in the simulator is the true output length (an oracle; live it "
+        "is the client's cap).",
         "",
     ]
     for trace, scale, meta, rows in sections:

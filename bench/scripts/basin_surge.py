@@ -128,6 +128,7 @@ def main() -> None:
     add_output_args(parser, "basin_surge", "basin_surge")
     parser.add_argument("--only", choices=[s.name for s in SCENARIOS], default=None)
     args = parser.parse_args()
+    git_commit()  # NOTE: stamps the run now (cached), before any work
     runs = []
     for scenario in SCENARIOS:
         if args.only and scenario.name != args.only:

@@ -143,6 +143,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     add_output_args(ap, "cache_overhead", "cache_overhead")
     args = ap.parse_args()
+    git_commit()  # NOTE: stamps the run now (cached), before any work
     torch.set_num_threads(1)
     reset_context()
     publish(ServerArgs(model_path="dummy", device="cpu"), role="bench",

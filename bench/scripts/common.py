@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import subprocess
 from datetime import datetime
 from pathlib import Path
@@ -18,8 +19,12 @@ def add_output_args(parser: argparse.ArgumentParser, table: str, results: str) -
                         / datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
 
 
+@functools.cache
 def git_commit() -> str:
-    """Short commit of the checkout, marked when the bench's sources differ from it."""
+    """Short commit of the checkout, marked when the bench's sources differ from it.
+
+    NOTE: cached: the first call stamps the run; a script calls it before it
+    starts working, so a later edit to the tree cannot change the stamp."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=REPO_ROOT, text=True, capture_output=True,
                               check=True).stdout.strip()

@@ -75,6 +75,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_output_args(ap, "penelope", "penelope")
     args = ap.parse_args()
+    git_commit()  # NOTE: stamps the run now (cached), before any work
     t0 = time.perf_counter()
     table: dict[tuple[int, bool], dict[str, dict]] = {}
     for host in (False, True):

@@ -140,6 +140,7 @@ def main() -> None:
     ap.add_argument("--window", type=float, default=10.0, help="seconds of the trace window (from 600 s)")
     add_output_args(ap, "plugin_overhead", "plugin_overhead")
     args = ap.parse_args()
+    git_commit()  # NOTE: stamps the run now (cached), before any work
     workload = [*WORKLOAD, f"trace.window_end_s={600 + args.window:g}"]
     t0 = time.monotonic()
     runs: dict[str, list[dict]] = {name: [] for name in SERVERS}

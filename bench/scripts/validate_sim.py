@@ -189,6 +189,7 @@ def main() -> None:
     ap.add_argument("--cases", nargs="+", choices=[c.name for c in CASES], default=[c.name for c in CASES])
     add_output_args(ap, "validation", "validation")
     args = ap.parse_args()
+    git_commit()  # NOTE: stamps the run now (cached), before any work
     sim_extra = json.loads(args.calibration.read_text())["overrides"] if args.calibration else []
     rows = []
     for case in (c for c in CASES if c.name in args.cases):
