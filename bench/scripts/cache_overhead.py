@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import time
 from array import array
@@ -144,6 +145,7 @@ def main() -> None:
     add_output_args(ap, "cache_overhead", "cache_overhead")
     args = ap.parse_args()
     git_commit()  # NOTE: stamps the run now (cached), before any work
+    args.load_at_start = os.getloadavg()[0]
     torch.set_num_threads(1)
     reset_context()
     publish(ServerArgs(model_path="dummy", device="cpu"), role="bench",
@@ -167,7 +169,8 @@ def render(rows: dict, args: argparse.Namespace, num_turns: int, num_tokens: int
              f"Produced by `python -m bench.scripts.cache_overhead --sessions {args.sessions} --turns "
              f"{args.turns} --system {args.system} --pool {args.pool} --repeat {args.repeat} --seed {args.seed}` "
              f"at commit {git_commit()} ({datetime.now(UTC):%Y-%m-%d}), one process, one thread, "
-             f"on a 2-core CPU machine (others' jobs running). {num_turns} turns, {num_tokens:,} tokens "
+             f"on a {os.cpu_count()}-core CPU machine (1-minute load average {args.load_at_start:.2f} at the "
+             f"start). {num_turns} turns, {num_tokens:,} tokens "
              "inserted; each turn = `match_prefix` + `insert` (+ `evict` when the pool is short). "
              "Best of the repeats. `sglang default` = what `create_unified_radix_cache` builds "
              "(`UnifiedRadixCache`, Rust tree core); see the script's docstring for the others.", "",
