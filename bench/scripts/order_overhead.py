@@ -54,6 +54,7 @@ from sglang.srt.runtime_context import SpawnRanks, publish, reset_context
 from sglang.srt.sampling.sampling_params import SamplingParams
 from sglang.srt.server_args import ServerArgs
 
+from bench.scripts.common import git_commit
 from bench.traces.paths import REPO_ROOT
 from policies.scheduling.fairway import FairwayPolicy
 from policies.scheduling.leap import LeapPolicy
@@ -177,6 +178,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "order_overhead.md")
     args = ap.parse_args()
+    commit = git_commit()  # NOTE: stamps the run before any work
     torch.set_num_threads(1)
     reset_context()
     publish(ServerArgs(model_path="dummy", device="cpu"), role="bench",
@@ -190,14 +192,14 @@ def main() -> None:
         print(label, {k: round(v, 2) for k, v in rows[label].items()}, flush=True)
     Path("results/order_overhead").mkdir(parents=True, exist_ok=True)
     Path("results/order_overhead/latest.json").write_text(json.dumps(rows, indent=1))
-    args.out.write_text(render(rows, args.steps))
+    args.out.write_text(render(rows, args.steps, commit))
     print(f"wrote {args.out}")
 
 
-def render(rows: dict, steps: int) -> str:
+def render(rows: dict, steps: int, commit: str) -> str:
     names = list(ORDERS)
     lines = ["# Queue-ordering overhead per scheduling step", "",
-             f"`python -m bench.scripts.order_overhead` ({datetime.now(UTC):%Y-%m-%d}): mean "
+             f"`python -m bench.scripts.order_overhead` at commit {commit} ({datetime.now(UTC):%Y-%m-%d}): mean "
              f"milliseconds of `calc_priority` over {steps} steady-state steps, one process, one thread, "
              "SGLang 0.5.23's default Rust radix tree, on a 2-core CPU machine. SGLang's `lpm` and `hrrn` "
              "silently order FCFS above 128 waiting requests (their times there are the fallback's); "
