@@ -38,7 +38,7 @@ from bench.config import compose_bench, resolve_bench
 from bench.report import fmt
 from bench.run import run_bench
 from bench.scripts.common import add_output_args, git_commit
-from bench.scripts.splits import COMMON, EVALUATION, TUNING, Scenario, families
+from bench.scripts.splits import BEST_OF, BUILTINS, COMMON, EVALUATION, TUNING, Scenario, families
 from bench.traces.paths import REPO_ROOT
 
 FAIRWAY_YAML = REPO_ROOT / "conf" / "policy" / "fairway.yaml"
@@ -51,10 +51,6 @@ GRID: dict[str, tuple[Any, ...]] = {
 #: Where the coordinate search starts (the technique's description: aging on, a 4x cap).
 SWEEP_START: dict[str, Any] = {"queue_threshold": 32, "aging_weight": 1.0, "cap_ratio": 4.0,
                                "cap_floor_tokens": 2048}
-BUILTINS = ("fcfs", "lpm", "dfs-weight", "hrrn", "lof", "shortest-prefill-first")
-#: Built-ins a verdict compares with. NOTE: not ``lof``: the simulator's
-#: ``max_new_tokens`` is the true output length, so there lof is an oracle.
-BEST_OF = tuple(b for b in BUILTINS if b != "lof")
 POLICIES = (*BUILTINS, "shortest_prefill", "fairway")
 P99_SLACK = 1.1
 #: Ablation variants: (label, overrides on top of the chosen setting).

@@ -8,7 +8,7 @@ topics; ``leap_live`` judges the head on the ``eval`` topics) greedily, and read
 server's feedback log: for every finished request, the output length the head
 predicted from its real features (SmolLM2's mean prompt embedding, LEAP's
 default) *before* learning from it, and the true length the model produced. Prints the rank correlation over
-sliding windows as the head learns (PNG + JSON under ``results/leap/``), the
+sliding windows as the head learns, the
 correlation after ``--after`` updates (target >= 0.5 after 300), and the
 head's log-error model (mean, std of log(pred/true)) that the simulator's LEAP
 rows use; replays the logged updates offline to save the head (``head.npz``).
@@ -110,7 +110,6 @@ def main() -> None:
     result["command"] = f"python -m bench.scripts.leap_curve --prompts {args.prompts} " \
         f"--max-tokens {args.max_tokens} --concurrency {args.concurrency}"
     result["commit"] = commit
-    (args.out / "curve.json").write_text(json.dumps(result, indent=1))
     args.summary.write_text(json.dumps(result, indent=1) + "\n")
     _plot(curve, args.summary.with_suffix(".png"), args.window)
     print(f"{'updates':>8} {'spearman':>9}")

@@ -35,8 +35,7 @@ from bench.leap.prompts import leap_prompts
 from bench.live.server import ServerProcess
 from bench.scripts.common import add_output_args, git_commit
 from bench.scripts.leap_curve import spearman
-
-BUILTINS = ("fcfs", "lpm", "dfs-weight", "hrrn", "lof", "shortest-prefill-first")
+from bench.scripts.splits import BUILTINS
 
 
 def arrivals(n: int, rate: float, seed: int) -> np.ndarray:

@@ -38,13 +38,9 @@ from bench.config import compose_bench, resolve_bench
 from bench.report import fmt
 from bench.run import run_bench
 from bench.scripts.common import add_output_args, git_commit
-from bench.scripts.splits import COMMON, EVALUATION, TUNING, Scenario, families
+from bench.scripts.splits import BEST_OF, BUILTINS, COMMON, EVALUATION, TUNING, Scenario, families
 from bench.traces.paths import REPO_ROOT
 
-#: SGLang's built-in orders (the simulator runs our reproductions, checked against SGLang's).
-BUILTINS = ("fcfs", "lpm", "dfs-weight", "hrrn", "lof", "shortest-prefill-first")
-#: NOTE: not lof: the simulator's max_new_tokens is the true length, so there lof is an oracle.
-BEST_OF = tuple(b for b in BUILTINS if b != "lof")
 ROWS = tuple((b, b) for b in BUILTINS) + (
     ("prompt-length SJF", "shortest_prompt"), ("oracle SJF", "shortest_output"), ("LEAP", "leap"))
 #: LEAP's aging sweep (``policy.aging_tokens``: waited prefill tokens that halve a rank).

@@ -25,6 +25,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 COMMON = ("accelerator=h100", "model_profile=llama-3.1-8b")
+#: SGLang's built-in queue orders: every scheduling table's baselines.
+BUILTINS = ("fcfs", "lpm", "dfs-weight", "hrrn", "lof", "shortest-prefill-first")
+#: Built-ins a simulated verdict compares with. NOTE: not ``lof``: the
+#: simulator's ``max_new_tokens`` is the true output length, so there lof is an oracle.
+BEST_OF = tuple(b for b in BUILTINS if b != "lof")
 MOONCAKE = ("trace=mooncake_conversation", "trace.time_scale=3.0")
 AZURE = ("trace=azure_conversation", "trace.time_scale=0.4")
 #: Evaluation windows of the second half hour (trace seconds).

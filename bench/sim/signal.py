@@ -5,9 +5,9 @@ one-number feature vector ``(log(1 + true_output) + mean + std * z,)`` with
 ``z ~ N(0, 1)`` drawn per request id (seeded, independent of arrival order).
 ``mean`` and ``std`` are the log-error model of the live head measured by
 ``python -m bench.scripts.leap_curve`` (``log_error_mean``/``log_error_std`` in
-its curve.json); LEAP's own RLS head (``policy.feature_dim=1``) then learns
-online, from zero, to map this signal to a length, as it does with real
-hidden states in the server.
+``bench/results/leap_curve.json``); LEAP's own RLS head (``policy.feature_dim=1``)
+then learns online, from zero, to map this signal to a length, as it does with
+the real prompt embeddings in the server.
 
 NOTE: this models the head's error as log-normal and independent of the
 request; the rank quality it implies is reported next to the live Spearman.
