@@ -12,12 +12,17 @@ from .sglang_env import cache_params, insert, make_pools, make_req, publish_test
 # isort: split
 # (SGLang only after .sglang_env, which installs the sgl_kernel stub)
 from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder, SchedulePolicy
-from sglang.srt.mem_cache.evict_policy import LRUStrategy
 from sglang.srt.mem_cache.radix_cache import RadixCache
 
 from policies.admission import AdmissionAction, AdmissionDecision, AdmissionNeeds
 from policies.admission.max_queue import MaxQueuePolicy
+from policies.cache.filo import FiloPolicy
+from policies.cache.fifo import FifoPolicy
+from policies.cache.lfu import LfuPolicy
 from policies.cache.lru import LruPolicy
+from policies.cache.mru import MruPolicy
+from policies.cache.priority import PriorityPolicy
+from policies.cache.slru import SlruPolicy
 from policies.scheduling.shortest_prefill import ShortestPrefillPolicy
 from server.sglang.cache.eviction import (
     PolicyEvictionStrategy,
@@ -139,25 +144,41 @@ def test_deferred_requests_sort_last_are_revisited_and_never_prefilled():
     assert sched.aborts[-1][1] is held and sched.released == [held]
 
 
-def test_lru_policy_through_the_eviction_seam_evicts_what_sglangs_lru_evicts():
-    from sglang.srt.mem_cache.base_prefix_cache import EvictParams
-    from sglang.srt.mem_cache.evict_policy import MRUStrategy
+EVICTION_PAIRS = [("lru", LruPolicy()), ("lfu", LfuPolicy()), ("fifo", FifoPolicy()), ("mru", MruPolicy()),
+                  ("filo", FiloPolicy()), ("priority", PriorityPolicy()), ("slru", SlruPolicy())]
 
-    trees = {}
-    strategies = [("sglang", LRUStrategy()), ("switchboard", PolicyEvictionStrategy(LruPolicy())),
-                  ("mru_control", MRUStrategy())]
-    for name, strategy in strategies:
-        allocator, req_pool = make_pools(512)
-        tree = RadixCache(cache_params(allocator, req_pool))
-        tree.eviction_strategy = strategy
-        for seq in ([1, 2, 3, 4, 5, 6], [1, 2, 3, 7, 8], [9, 10, 11], [1, 2, 12, 13, 14, 15], [9, 10, 16]):
-            insert(tree, allocator, seq)
-        before = tree.evictable_size()
-        tree.evict(EvictParams(num_tokens=6))
-        assert before - tree.evictable_size() >= 6
-        trees[name] = sorted(tuple(n.key.token_ids) for n in _nodes(tree.root_node) if n.key is not None)
-    assert trees["switchboard"] == trees["sglang"]
-    assert trees["mru_control"] != trees["sglang"]  # the comparison can tell orders apart
+
+def _evicted_tree(strategy) -> list[tuple[int, ...]]:
+    """The keys left after evicting 6 tokens from a tree whose blocks differ in
+    creation order, recency and hit counts (re-inserts bump both)."""
+    from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+    allocator, req_pool = make_pools(512)
+    tree = RadixCache(cache_params(allocator, req_pool))
+    tree.eviction_strategy = strategy
+    for seq in ([1, 2, 3, 4, 5, 6], [1, 2, 3, 7, 8], [9, 10, 11], [1, 2, 12, 13, 14, 15], [9, 10, 16],
+                [9, 10, 11], [1, 2, 3, 4, 5, 6], [9, 10, 11], [20, 21, 22, 23]):
+        insert(tree, allocator, seq)
+    before = tree.evictable_size()
+    tree.evict(EvictParams(num_tokens=6))
+    assert before - tree.evictable_size() >= 6
+    return sorted(tuple(n.key.token_ids) for n in _nodes(tree.root_node) if n.key is not None)
+
+
+@pytest.mark.parametrize("name,policy", EVICTION_PAIRS, ids=[n for n, _ in EVICTION_PAIRS])
+def test_eviction_policy_through_the_seam_evicts_what_sglangs_own_strategy_evicts(name, policy):
+    from sglang.srt.mem_cache.utils import _EVICTION_POLICY_FACTORIES
+
+    ours = _evicted_tree(PolicyEvictionStrategy(policy))
+    assert ours == _evicted_tree(_EVICTION_POLICY_FACTORIES[name]())
+
+
+def test_the_eviction_comparison_tells_orders_apart():
+    from sglang.srt.mem_cache.utils import _EVICTION_POLICY_FACTORIES
+
+    left = {name: tuple(_evicted_tree(_EVICTION_POLICY_FACTORIES[name]())) for name, _ in EVICTION_PAIRS}
+    # NOTE: priority equals lru here (no request priorities); every other pair differs somewhere
+    assert len(set(left.values())) >= 4, left
 
 
 def _nodes(node):

@@ -19,8 +19,13 @@ from bench.config import compose_bench, resolve_bench
 from bench.sim import CostModel, build_simulator
 from bench.sim.request import FINAL, Phase
 from policies.admission.max_queue import MaxQueuePolicy
+from policies.cache.fifo import FifoPolicy
+from policies.cache.filo import FiloPolicy
 from policies.cache.lfu import LfuPolicy
 from policies.cache.lru import LruPolicy
+from policies.cache.mru import MruPolicy
+from policies.cache.priority import PriorityPolicy
+from policies.cache.slru import SlruPolicy
 from policies.scheduling.dfs_weight import DfsWeightPolicy
 from policies.scheduling.fcfs import FcfsPolicy
 from policies.scheduling.hrrn import HrrnPolicy
@@ -33,7 +38,8 @@ from tests.sim.helpers import settings as sim_settings
 
 ORDERS = [None, FcfsPolicy(), LpmPolicy(), HrrnPolicy(), ShortestPrefillFirstPolicy(),
           ShortestPrefillPolicy(), DfsWeightPolicy(), LofPolicy()]
-EVICTIONS = [None, LruPolicy(), LfuPolicy()]
+EVICTIONS = [None, LruPolicy(), LfuPolicy(), FifoPolicy(), MruPolicy(), FiloPolicy(), PriorityPolicy(),
+             SlruPolicy()]
 
 
 @pytest.fixture(scope="module")
