@@ -152,6 +152,9 @@ def _simulate(settings: BenchSettings, trace: Trace, cost: CostModel, sim_settin
         "token_times": "as clients see them (synchronous forward: one iteration late)" if sync
         else "iteration ends",
     }
+    if iterations is not None:
+        # NOTE: SGLang's own accounting, comparable with a live run's (bench.counters).
+        meta["engine_counters"] = iterations.engine_counters().to_dict()
     return records, sampler.timeline(sim_settings.capacity), meta
 
 

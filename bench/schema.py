@@ -147,6 +147,11 @@ class AcceleratorConfig:
     request_overhead_s: float = 0.0
     """Time per request in a forward iteration (per-sequence work the FLOP and
     byte counts miss: SGLang's torch-native attention loops over requests on CPU)."""
+    decode_request_overhead_s: float = 0.0
+    """Time per request in a decode iteration on top of ``request_overhead_s``
+    (per-sequence work of a decode step under serving load that isolated probe
+    requests do not show). Fitted from SGLang's own decode-step counters on a
+    loaded calibration window (``calibrate_cpu --loaded``); 0 on GPU profiles."""
     gemm_min_tokens: int = 0
     """With ``gemm_overhead_s``: iterations over at least this many new tokens
     pay that time once; 0 = off (see ``gemm_overhead_s``)."""

@@ -22,6 +22,7 @@ from collections.abc import Callable
 import httpx
 import numpy as np
 
+from bench.counters import EngineCounters
 from bench.metrics import Timeline
 
 log = logging.getLogger("switchboard.bench")
@@ -76,3 +77,17 @@ class LoadSampler:
         return Timeline(t=rows[:, 0].copy(), waiting=rows[:, 1].astype(int),
                         running=rows[:, 2].astype(int), kv_used=rows[:, 3].astype(np.int64),
                         kv_cached=np.full(len(rows), np.nan), capacity=max(self.capacity, 1))
+
+
+def read_counters(base_url: str) -> EngineCounters | None:
+    """SGLang's cumulative step counters now (``bench.counters``); ``None`` when
+    the server does not publish them (not SGLang, or no ``/v1/loads``)."""
+    try:
+        resp = httpx.get(base_url.rstrip("/") + "/v1/loads", timeout=10)
+        resp.raise_for_status()
+        loads = resp.json()["loads"]
+    except (httpx.HTTPError, KeyError, ValueError):
+        return None
+    if not loads or "total_prefill_busy_us" not in loads[0]:
+        return None
+    return EngineCounters.from_loads(loads)

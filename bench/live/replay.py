@@ -26,7 +26,7 @@ import httpx
 import numpy as np
 
 from bench.live.client import Client, Endpoint, failed_record, last_line, to_record
-from bench.live.loads import LoadSampler
+from bench.live.loads import LoadSampler, read_counters
 from bench.live.sender import Sender, Sent
 from bench.live.workload import PromptSynth
 from bench.metrics import RequestRecord, Timeline
@@ -76,6 +76,7 @@ async def _replay(trace: Trace, live: LiveConfig, token_id_high: int, progress: 
     sender = Sender(trace, send, timeout_s=live.request_timeout_s,
                     on_done=(lambda _: bar.update(1)) if bar is not None else None)
     sampler = LoadSampler(endpoint.base_url, live.loads_interval_s)
+    before = read_counters(endpoint.base_url)
     stop = asyncio.Event()
     t0 = time.perf_counter() + START_DELAY_S
     sampling = asyncio.get_running_loop().create_task(sampler.run(t0, stop))
@@ -88,6 +89,7 @@ async def _replay(trace: Trace, live: LiveConfig, token_id_high: int, progress: 
         if bar is not None:
             bar.close()
     wall = time.perf_counter() - wall
+    after = read_counters(endpoint.base_url) if before is not None else None
 
     records = sorted((_record(s, t0, endpoint.reports_cached_tokens) for s in sent),
                      key=lambda r: (r.arrival_s, r.rid))
@@ -101,6 +103,9 @@ async def _replay(trace: Trace, live: LiveConfig, token_id_high: int, progress: 
         "loads_samples": len(sampler.timeline().t), "loads_error": sampler.error,
         "kv_used": "tokens held by requests (SGLang num_used_tokens; idle prefix cache excluded)",
         "replay_wall_s": wall,
+        # NOTE: the server's own step counters over the replay (cumulative: after - before).
+        "engine_counters": after.minus(before).to_dict() if after is not None and before is not None
+        else None,
     }
     return LiveRun(records, sampler.timeline(), meta)
 

@@ -4,6 +4,7 @@
     python -m bench.scripts.calibrate_cpu --quick    # a few points, ~3 min (development only)
     python -m bench.scripts.calibrate_cpu --endpoint http://127.0.0.1:30000   # a running server
     python -m bench.scripts.calibrate_cpu --refit results/calibration/<run>/cpu.json  # no server
+    python -m bench.scripts.calibrate_cpu --loaded   # only the loaded decode stage, ~6 min
 
 Starts ``python -m server model.dtype=float32`` (the server's real config
 otherwise) unless ``--endpoint`` is given, then measures with
@@ -13,7 +14,15 @@ fixed HTTP/tokenizer latency), prefill batches of several requests, decode
 step time against batch size and context (concurrent streams over a cached
 prompt), and the overlap loop's one-iteration lag. It fits the cost model
 (``bench.live.fit``) twice: the roofline as GPU profiles use it, and the
-additive CPU form; prints measured against modelled times; and writes
+additive CPU form; prints measured against modelled times. A second stage
+fits ``decode_request_overhead_s``: it replays ``LOADED``, a trace window the
+validation never uses, against the server, reads SGLang's own decode-step
+counters (``bench.counters``), simulates the same window, and sets the extra
+per-request decode cost that makes the simulated step-time slope (seconds per
+request in the batch) equal the measured one. Isolated probes miss that cost:
+a decode step under serving load grows faster with the batch than the same
+batch measured alone. ``--loaded`` runs this stage only, on top of the
+constants in ``conf/accelerator/cpu.yaml``. Writes
 ``cpu.json`` (every point, both fits) and ``cpu.yaml`` (the fitted fields to
 put into ``conf/accelerator/cpu.yaml``) under ``--out`` (git-ignored ``results/``).
 """
@@ -24,7 +33,9 @@ import argparse
 import asyncio
 import json
 import statistics
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -34,7 +45,8 @@ from bench.live.fit import ADDITIVE, ROOFLINE, Fit, Point, at_bound, fit, fit_ad
 from bench.live.probe import Probe
 from bench.live.replay import flush_cache
 from bench.live.server import ServerProcess
-from bench.schema import ModelProfileConfig
+from bench.run import run_bench
+from bench.schema import AcceleratorConfig, ModelProfileConfig
 from bench.sim.cost import CostModel
 
 #: Target relative error of every modelled point.
@@ -42,6 +54,12 @@ TARGET = 0.15
 SERVER_OVERRIDES = ("model.dtype=float32",)
 #: The bench profiles being calibrated.
 BENCH = ["accelerator=cpu", "model_profile=smollm2-135m"]
+#: The loaded stage's window: Azure conversation turns, shaped as validate_sim
+#: shapes them. NOTE: disjoint from every validate_sim window (those judge the fit).
+LOADED = ("live.api=generate", "trace=azure_conversation", "trace.window_start_s=1200",
+          "trace.window_end_s=1260", "trace.time_scale=4", "live.input_scale=0.0625",
+          "live.output_scale=0.125", "live.max_input_tokens=1024", "live.max_output_tokens=128",
+          "output.progress=false", "output.plots=false")
 
 
 @dataclass(frozen=True)
@@ -161,35 +179,94 @@ def yaml_snippet(best: Fit, lag: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def fit_loaded(url: str, out: Path, accel: list[str]) -> dict[str, Any]:
+    """The loaded stage (module docs): ``decode_request_overhead_s`` on top of
+    the ``accel`` overrides (the isolated fit, or none: ``cpu.yaml``)."""
+    live = run_bench(resolve_bench(compose_bench([*BENCH, *LOADED, f"live.endpoint={url}"])),
+                     out / "loaded_live")
+    measured = live["meta"]["live"]["engine_counters"]
+    if measured is None:
+        raise SystemExit(f"{url} publishes no step counters (/v1/loads): cannot fit the loaded stage")
+    extra, rounds = 0.0, []
+    for _ in range(3):  # NOTE: the batch mix moves a little with the cost; three rounds settle it
+        sim = run_bench(resolve_bench(compose_bench(
+            [*BENCH, *LOADED, *accel, f"accelerator.decode_request_overhead_s={extra}"])), None)
+        simulated = sim["meta"]["engine_counters"]
+        rounds.append({"decode_request_overhead_s": extra, "sim": simulated})
+        extra = max(0.0, extra + measured["slope_s"] - simulated["slope_s"])
+    return {"window": list(LOADED), "live": measured, "rounds": rounds,
+            "decode_request_overhead_s": extra}
+
+
+def loaded_table(loaded: dict[str, Any]) -> str:
+    """Measured decode-step line against the simulated one, before and after."""
+    rows = [("live", loaded["live"])] + [(f"sim, extra {r['decode_request_overhead_s'] * 1e3:.2f} ms",
+                                          r["sim"]) for r in loaded["rounds"]]
+    lines = [f"{'loaded window':<24} {'prefill busy':>12} {'steps':>6} {'mean batch':>10} "
+             f"{'mean step':>10} {'ms/request':>10}"]
+    for name, c in rows:
+        lines.append(f"{name:<24} {c['prefill_busy_s']:11.1f}s {c['decode_steps']:6d} {c['mean_batch']:10.2f} "
+                     f"{c['mean_step_s'] * 1e3:8.1f}ms {c['slope_s'] * 1e3:10.2f}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a few points only (development)")
     ap.add_argument("--endpoint", help="measure this running server instead of starting one")
     ap.add_argument("--refit", type=Path, help="fit the measurements of an earlier cpu.json again")
+    ap.add_argument("--loaded", action="store_true",
+                    help="only the loaded decode stage, on top of conf/accelerator/cpu.yaml")
     ap.add_argument("--out", type=Path, default=Path("results") / "calibration"
                     / datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
     args = ap.parse_args()
     sweep = QUICK if args.quick else FULL
     settings = resolve_bench(compose_bench(BENCH))
+    # NOTE: isolated probes are fitted without the loaded stage's term (it is what they miss).
+    base = replace(settings.accelerator, decode_request_overhead_s=0.0)
     args.out.mkdir(parents=True, exist_ok=True)
 
     async def run(url: str) -> dict[str, Any]:
         flush_cache(url)  # NOTE: and fresh prompts (a new seed per probe): nothing is cached
         return await measure(Probe(url, settings.model_profile.vocab_size), sweep)
 
+    loaded: dict[str, Any] | None = None
     if args.refit:
-        data = json.loads(args.refit.read_text())["measurements"]
-    elif args.endpoint:
-        data = asyncio.run(run(args.endpoint))
+        saved = json.loads(args.refit.read_text())
+        data, loaded = saved["measurements"], saved.get("loaded")
     else:
-        with ServerProcess(list(SERVER_OVERRIDES), args.out / "server.log") as server:
-            data = asyncio.run(run(server.base_url))
+        with _server(args.endpoint, args.out) as url:
+            data = None if args.loaded else asyncio.run(run(url))
+            chosen = None if data is None else isolated(data, settings, base, args.out, args.endpoint, sweep)
+            loaded = fit_loaded(url, args.out, [] if chosen is None else chosen)
+    if args.refit:
+        isolated(data, settings, base, args.out, args.endpoint, sweep, loaded)
+    if loaded is not None:
+        print("\n" + loaded_table(loaded))
+        print(f"\nloaded stage, for conf/accelerator/cpu.yaml:\n"
+              f"decode_request_overhead_s: {loaded['decode_request_overhead_s']:.4g}")
+        (args.out / "loaded.json").write_text(json.dumps(loaded, indent=1))
+        print(f"wrote {args.out / 'loaded.json'}")
 
+
+@contextmanager
+def _server(endpoint: str | None, out: Path) -> Iterator[str]:
+    """The URL of ``endpoint``, or of a fresh server started for the run."""
+    if endpoint:
+        yield endpoint
+        return
+    with ServerProcess(list(SERVER_OVERRIDES), out / "server.log") as server:
+        yield server.base_url
+
+
+def isolated(data: dict[str, Any], settings: Any, base: AcceleratorConfig, out: Path,
+             endpoint: str | None, sweep: Sweep, loaded: dict[str, Any] | None = None) -> list[str]:
+    """Fit, print and save the isolated probes; return the chosen fit as overrides."""
     points = points_of(data)
     batched = any(p.kind == "prefill" and p.requests > 1 for p in points)
     additive = ADDITIVE if batched else ADDITIVE.without("request_overhead_s")
-    fits = [fit(points, settings.accelerator, settings.model_profile, ROOFLINE),
-            fit_additive(points, settings.accelerator, settings.model_profile, additive)]
+    fits = [fit(points, base, settings.model_profile, ROOFLINE),
+            fit_additive(points, base, settings.model_profile, additive)]
     roofline, additive = fits
     # NOTE: the roofline's form is kept unless it misses the target and the extension does better.
     best = roofline if roofline.max_abs_error <= TARGET or roofline.max_abs_error <= additive.max_abs_error \
@@ -209,18 +286,19 @@ def main() -> None:
     for key in at_bound(best):
         print(f"WARNING: {key} reached 1: the CPU may beat the configured peak "
               "(peak_tflops / memory_bandwidth_gbs in cpu.yaml); raise the peak and refit")
-    (args.out / "cpu.yaml").write_text(snippet)
-    (args.out / "cpu.json").write_text(json.dumps({
+    overrides = [f"accelerator.{k}={v}" for k, v in fitted_fields(best, lag).items()]
+    (out / "cpu.yaml").write_text(snippet)
+    (out / "cpu.json").write_text(json.dumps({
         "sweep": asdict(sweep), "server_overrides": list(SERVER_OVERRIDES),
-        "endpoint": args.endpoint, "measurements": data, "client_latency_s": latency, "lag": lag,
+        "endpoint": endpoint, "measurements": data, "client_latency_s": latency, "lag": lag,
         "points": [asdict(p) | {"label": p.label} for p in points],
         "fits": {f.form.name: {"doc": f.form.doc, "params": f.params(), "errors": f.errors.tolist(),
                                "max_abs_error": f.max_abs_error, "mean_abs_error": f.mean_abs_error}
                  for f in fits},
-        "chosen": best.form.name,
-        "overrides": [f"accelerator.{k}={v}" for k, v in fitted_fields(best, lag).items()],
+        "chosen": best.form.name, "overrides": overrides, "loaded": loaded,
     }, indent=1))
-    print(f"wrote {args.out / 'cpu.json'} and {args.out / 'cpu.yaml'}")
+    print(f"wrote {out / 'cpu.json'} and {out / 'cpu.yaml'}")
+    return overrides
 
 
 def _latency(data: dict[str, Any]) -> float | None:

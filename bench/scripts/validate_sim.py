@@ -12,7 +12,11 @@ simulator with ``accelerator=cpu model_profile=smollm2-135m`` (plus the fitted
 constants of ``--calibration``, when given, as ``accelerator.*`` overrides).
 It reports the simulator's error on mean and p90 TTFT, output throughput
 (tokens/s over the measured span), mean TPOT and mean E2E latency; the
-target is 15% on each. Every run's
+target is 15% on each. Below each case's table, SGLang's own step counters
+(``bench.counters``: prefill busy time, decode steps and how a step's time
+grows with the batch) are set against the simulator's rebuilt from its
+iteration log, which says whether an error comes from prefill or decode.
+Every run's
 results folder goes under ``--results`` (git-ignored); only the table is
 meant to be committed.
 """
@@ -159,6 +163,8 @@ def render(rows: list[tuple[Case, dict[str, Any]]], sim_extra: list[str], calibr
                 mark = " ✓" if ok else " ✗"
             lines.append(f"| {label} | {fmt(lv, scale, unit)} | {fmt(sv, scale, unit)} "
                          f"| {'-' if err is None else f'{err:+.1%}'}{mark} |")
+        lines += counter_lines(r["live"]["meta"]["live"].get("engine_counters"),
+                               r["sim"]["meta"].get("engine_counters"))
         lines += ["", "Commands (from the repository root; the live one needs "
                   f"`python -m server {' '.join(SERVER_OVERRIDES)}` running, here on its own port):",
                   "", "```", "python -m bench " + " ".join(r["live_args"]),
@@ -171,6 +177,26 @@ def render(rows: list[tuple[Case, dict[str, Any]]], sim_extra: list[str], calibr
     else:
         lines.append(f"All targeted errors within {TARGET:.0%}.")
     return "\n".join(lines) + "\n"
+
+
+def counter_lines(live: dict[str, float] | None, sim: dict[str, float] | None) -> list[str]:
+    """SGLang's step counters, live against simulated (module docs)."""
+    if live is None or sim is None:
+        return ["", "SGLang's step counters: not available "
+                f"({'the server published none' if live is None else 'the simulation kept no iteration log'})."]
+    rows = (("prefill busy (s)", "prefill_busy_s", 1, ".1f"), ("prefill tokens", "prefill_tokens", 1, ",.0f"),
+            ("decode steps (consecutive)", "decode_steps", 1, ",.0f"), ("mean batch", "mean_batch", 1, ".2f"),
+            ("mean decode step (ms)", "mean_step_s", 1e3, ".1f"),
+            ("decode step per request in the batch (ms)", "slope_s", 1e3, ".2f"),
+            ("decode step at batch 0 (ms, fitted)", "intercept_s", 1e3, ".1f"))
+    lines = ["", "SGLang's own step counters over the replay (`/v1/loads`), and the simulator's "
+             "rebuilt with the same accounting:", "", "| counter | live | simulated | error |", "|---|---|---|---|"]
+    for label, key, scale, spec in rows:
+        lv, sv = live[key], sim[key]
+        err = rel_error(sv, lv)
+        lines.append(f"| {label} | {lv * scale:{spec}} | {sv * scale:{spec}} | "
+                     f"{'-' if err is None or err != err else f'{err:+.1%}'} |")
+    return lines
 
 
 def _machine() -> str:

@@ -17,11 +17,12 @@ Bytes: the weights once per iteration (``P`` + the vocab projection, at
 every running request's context) and written (the new tokens). KV bytes per
 token: ``2 * L * kv_heads * d * dtype_bytes``.
 
-Five accelerator fields extend the form for devices where the roofline alone
+Six accelerator fields extend the form for devices where the roofline alone
 does not fit (the CPU server); their defaults give the roofline above exactly,
 so GPU profiles are unchanged::
 
     time = overhead + requests * request_overhead_s
+           + (decode iterations: requests * decode_request_overhead_s)
            + (gemm_overhead_s if new tokens >= gemm_min_tokens > 0)
            + combine(FLOPs / (peak * mfu), weight bytes / bw + KV bytes / kv_bw)
 
@@ -33,7 +34,10 @@ compute *plus* weight streaming; KV traffic is several times slower than weight
 streaming (SGLang's torch-native attention gathers and repeats each request's
 KV); each request adds a fixed cost (per-request attention calls); and an
 iteration jumps by a constant once it has ``gemm_min_tokens`` new tokens (the
-BLAS switches from matrix-vector to packed matrix-matrix products).
+BLAS switches from matrix-vector to packed matrix-matrix products). Under
+serving load a decode step costs more per request than isolated probes show:
+``decode_request_overhead_s`` is fitted from SGLang's own decode-step counters
+on a loaded trace window (``calibrate_cpu --loaded``).
 """
 
 from __future__ import annotations
@@ -105,6 +109,7 @@ class CostModel:
         self.overlap = accel.overlap_compute_memory
         self.gemm_min_tokens = accel.gemm_min_tokens
         self.gemm_overhead = accel.gemm_overhead_s
+        self.decode_request_overhead = accel.decode_request_overhead_s
 
     def kv_capacity_tokens(self) -> int:
         """KV pool size SGLang would allocate: ``memory * mem_fraction_static -
@@ -143,7 +148,9 @@ class CostModel:
         """One decode iteration: ``batch`` requests over ``context_tokens`` in total."""
         s = self.shape
         flops = 2 * (s.linear_params + s.head_params) * batch + 4 * s.attn_width * context_tokens
-        return self._time(batch, batch, flops / self.decode_flops_per_s, context_tokens + batch)
+        t = self._time(batch, batch, flops / self.decode_flops_per_s, context_tokens + batch)
+        # NOTE: added only when set, so profiles without it keep their exact float times.
+        return t + batch * self.decode_request_overhead if self.decode_request_overhead else t
 
     def _time(self, requests: int, new_tokens: int, compute_s: float, kv_tokens: int) -> float:
         """Overheads plus compute and memory time combined (see module docs)."""

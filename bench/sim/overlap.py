@@ -14,6 +14,11 @@ cost model to record every iteration's ``[start, end)``; ``client_visible``
 then moves each finished request's token times to the end of the iteration
 that followed back to back (``AcceleratorConfig.synchronous_forward``).
 
+``IterationLog.engine_counters`` rebuilds SGLang's own step counters
+(``bench.counters``) from the log, with the same accounting: a prefill is busy
+until its result is processed, a decode step lasts from the previous decode
+launch to its own.
+
 Approximation (``NOTE``): only the times move. The later result processing
 does not delay freeing KV or releasing closed-loop followers in the simulation.
 """
@@ -27,7 +32,11 @@ from typing import Any
 
 import numpy as np
 
+from bench.counters import EngineCounters
 from bench.metrics import RequestRecord
+
+#: SGLang drops a decode cadence sample at or above this (``STEP_MAX_US``).
+STEP_MAX_S = 2.0
 
 
 class IterationLog:
@@ -43,25 +52,35 @@ class IterationLog:
         self.clock = clock
         self.starts = array("d")
         self.ends = array("d")
+        self.prefill = array("b")
+        """1 for a prefill iteration, 0 for a decode step."""
+        self.sizes = array("l")
+        """Requests in the iteration."""
+        self.new_tokens = array("l")
+        """Prompt tokens computed (prefill; 0 for decode)."""
 
     def __getattr__(self, name: str) -> Any:  # kv_capacity_tokens, shape, ...
         return getattr(self.cost, name)
 
-    def _log(self, seconds: float) -> float:
+    def _log(self, seconds: float, prefill: bool, requests: int, tokens: int) -> float:
         assert self.clock is not None, "IterationLog.clock is set once the simulator exists"
         start = self.clock()
         self.starts.append(start)
         # NOTE: the same float operation as the engine's ``now += seconds``,
         # so every token time equals one logged end exactly.
         self.ends.append(start + seconds)
+        self.prefill.append(prefill)
+        self.sizes.append(requests)
+        self.new_tokens.append(tokens)
         return seconds
 
     def prefill_time(self, extends: list[tuple[int, int]], *gap_work: Any) -> float:
         """The cost model's prefill time (``gap_work``: its gaps and extra seconds)."""
-        return self._log(self.cost.prefill_time(extends, *gap_work))
+        return self._log(self.cost.prefill_time(extends, *gap_work), True, len(extends),
+                         sum(e for e, _ in extends))
 
     def decode_time(self, batch: int, context_tokens: int) -> float:
-        return self._log(self.cost.decode_time(batch, context_tokens))
+        return self._log(self.cost.decode_time(batch, context_tokens), False, batch, 0)
 
     def visible_ends(self) -> tuple[np.ndarray, np.ndarray]:
         """``(ends, visible)``: each iteration's end, and when its tokens are seen."""
@@ -71,6 +90,33 @@ class IterationLog:
         back_to_back = starts[1:] == ends[:-1]
         visible[:-1][back_to_back] = ends[1:][back_to_back]
         return ends, visible
+
+
+    def engine_counters(self) -> EngineCounters:
+        """SGLang's step counters as the server would have counted this run."""
+        starts = np.frombuffer(self.starts, dtype=np.float64)
+        ends, visible = self.visible_ends()
+        prefill = np.frombuffer(self.prefill, dtype=np.int8).astype(bool)
+        sizes = np.frombuffer(self.sizes, dtype=np.int64).astype(np.float64)
+        busy, last_end = 0.0, None
+        for i in np.flatnonzero(prefill):
+            start = starts[i] if last_end is None else max(starts[i], last_end)
+            busy += visible[i] - start
+            last_end = visible[i]
+        # NOTE: SGLang's cadence: a decode batch launched right after another decode
+        # batch ended (no idle gap, no prefill between) lasts from that launch to its own.
+        if len(starts) > 1:
+            cadence = (~prefill[1:]) & (~prefill[:-1]) & (starts[1:] == ends[:-1])
+            t = (starts[1:] - starts[:-1])[cadence]
+            b = sizes[1:][cadence]
+            keep = t < STEP_MAX_S
+            t, b = t[keep], b[keep]
+        else:
+            t = b = np.zeros(0)
+        return EngineCounters(
+            prefill_busy_s=float(busy), prefill_tokens=int(np.frombuffer(self.new_tokens, dtype=np.int64).sum()),
+            decode_steps=len(t), decode_batch_sum=float(b.sum()), decode_time_s=float(t.sum()),
+            decode_batch_sq_sum=float((b * b).sum()), decode_batch_time_sum=float((b * t).sum()))
 
 
 def client_visible(records: Sequence[RequestRecord], log: IterationLog) -> list[RequestRecord]:

@@ -20,7 +20,8 @@ def cpu():
     (conf/accelerator/cpu.yaml ships the additive form the calibration chose)."""
     s = resolve_bench(compose_bench(["accelerator=cpu", "model_profile=smollm2-135m"]))
     roofline = replace(s.accelerator, overlap_compute_memory=True, request_overhead_s=0.0,
-                       gemm_min_tokens=0, gemm_overhead_s=0.0, kv_bandwidth_efficiency=None)
+                       gemm_min_tokens=0, gemm_overhead_s=0.0, kv_bandwidth_efficiency=None,
+                       decode_request_overhead_s=0.0)
     return roofline, s.model_profile
 
 
