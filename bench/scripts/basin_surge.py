@@ -29,7 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,9 @@ class Scenario:
     warmup_s: float
     """Windows before this are excluded from the pre-surge baseline."""
     why: str
+    instance: str = "tuning"
+    """``tuning`` (the instance Basin's defaults were checked on) or an evaluation
+    instance's label (data the defaults never saw, docs/evaluation.md)."""
 
     @property
     def surge_start(self) -> float:
@@ -103,6 +106,28 @@ SCENARIOS = (
 )
 
 
+#: Evaluation instances (``evaluation_instances``).
+EVAL_SEEDS = (1, 2, 3)
+#: NOTE: Mooncake's second half is trace seconds [1875, 3537] (its last request),
+#: 6,648 s replayed at x4: a surge must end an hour before that (3,048 s).
+EVAL_SURGE_STARTS = (1200.0, 1800.0, 2400.0)
+
+
+def evaluation_instances() -> tuple[Scenario, ...]:
+    """Instances the defaults were never checked on (docs/evaluation.md):
+    Claude Code with other session-start seeds (other sessions, other surge
+    copies); Mooncake's second half hour (trace seconds 1,875-3,537, x4) with
+    the surge at three positions (each copies other conversations)."""
+    claude, mooncake = SCENARIOS
+    out = [replace(claude, overrides=(*claude.overrides, f"trace.seed={seed}"), instance=f"seed {seed}")
+           for seed in EVAL_SEEDS]
+    second_half = tuple(o for o in mooncake.overrides if not o.startswith("trace.window_end_s=")) \
+        + ("trace.window_start_s=1875", "trace.window_end_s=3600")
+    out += [replace(mooncake, overrides=second_half, pre_s=pre, instance=f"2nd half, surge at {pre:g} s")
+            for pre in EVAL_SURGE_STARTS]
+    return tuple(out)
+
+
 def analyse(scenario: Scenario, windows: list[dict[str, Any]]) -> dict[str, Any]:
     """Pre-surge goodput, recovery time and surge-hour goodput from 5-minute windows."""
     def goodput(lo: float, hi: float) -> float:
@@ -123,37 +148,44 @@ def analyse(scenario: Scenario, windows: list[dict[str, Any]]) -> dict[str, Any]
             "recovered_after_s": recovered_after}
 
 
+def run_one(scenario: Scenario, admission: str | None, results: Path) -> dict[str, Any]:
+    """One replay and its analysis."""
+    overrides = scenario.bench_overrides(admission)
+    t0 = time.perf_counter()
+    tag = scenario.instance.replace(" ", "_").replace(",", "")
+    result = run_bench(resolve_bench(compose_bench(overrides)),
+                       results / scenario.name / tag / (admission or "none"))
+    s = result["summary"]
+    run = {"scenario": scenario.name, "instance": scenario.instance, "admission": admission,
+           "overrides": overrides, "windows": result["windows"], "analysis": analyse(scenario, result["windows"]),
+           "summary": {k: s[k] for k in ("requests", "finished", "rejected", "prefix_hit_rate",
+                                         "recomputed_tokens", "goodput_rps")},
+           "capacity": result["meta"]["sim"]["capacity"]}
+    a = run["analysis"]
+    print(f"{scenario.name} [{scenario.instance}] {admission or 'none'}: {time.perf_counter() - t0:.0f} s; "
+          f"pre {a['pre_goodput_rps']:.3f} hour {a['hour_goodput_rps']:.3f} "
+          f"recovered {a['recovered_after_s']}", flush=True)
+    return run
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_output_args(parser, "basin_surge", "basin_surge")
     parser.add_argument("--only", choices=[s.name for s in SCENARIOS], default=None)
     args = parser.parse_args()
     git_commit()  # NOTE: stamps the run now (cached), before any work
-    runs = []
-    for scenario in SCENARIOS:
-        if args.only and scenario.name != args.only:
-            continue
-        for admission in ADMISSIONS:
-            overrides = scenario.bench_overrides(admission)
-            t0 = time.perf_counter()
-            result = run_bench(resolve_bench(compose_bench(overrides)),
-                               args.results / scenario.name / (admission or "none"))
-            s = result["summary"]
-            runs.append({"scenario": scenario.name, "admission": admission, "overrides": overrides,
-                         "windows": result["windows"], "analysis": analyse(scenario, result["windows"]),
-                         "summary": {k: s[k] for k in ("requests", "finished", "rejected", "prefix_hit_rate",
-                                                       "recomputed_tokens", "goodput_rps")},
-                         "capacity": result["meta"]["sim"]["capacity"]})
-            a = runs[-1]["analysis"]
-            print(f"{scenario.name} {admission or 'none'}: {time.perf_counter() - t0:.0f} s; "
-                  f"pre {a['pre_goodput_rps']:.3f} hour {a['hour_goodput_rps']:.3f} "
-                  f"recovered {a['recovered_after_s']}", flush=True)
+    t0 = time.perf_counter()
+    runs = [run_one(sc, admission, args.results)
+            for sc in (*SCENARIOS, *evaluation_instances()) if not args.only or sc.name == args.only
+            for admission in ADMISSIONS]
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "runs.json").write_text(json.dumps(runs, indent=1))
     png = args.out.with_suffix(".png")
-    plot(runs, png)
+    tuning = [r for r in runs if r["instance"] == "tuning"]
+    plot(tuning, png)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(render(runs, png.name))
+    args.out.write_text(render(tuning, png.name, time.perf_counter() - t0)
+                        + render_evaluation([r for r in runs if r["instance"] != "tuning"]))
     print(f"wrote {args.out} and {png}")
 
 
@@ -161,12 +193,12 @@ def _pct(v: float | None) -> str:
     return "—" if v is None else f"{v:.0%}"
 
 
-def render(runs: list[dict[str, Any]], png_name: str) -> str:
+def render(runs: list[dict[str, Any]], png_name: str, wall_s: float) -> str:
     by_name = {s.name: s for s in SCENARIOS}
     lines = [
         "# Basin under a surge of new sessions (simulated)", "",
         f"Produced by `python -m bench.scripts.basin_surge` at commit {git_commit()} "
-        f"({datetime.now(UTC):%Y-%m-%d}). One H100 with Llama-3.1-8B (roofline cost "
+        f"({datetime.now(UTC):%Y-%m-%d}, {wall_s / 60:.0f} min). One H100 with Llama-3.1-8B (roofline cost "
         "model: compare rows, not absolute numbers), SGLang's LRU prefix cache; goodput = "
         "requests meeting the TTFT and TPOT SLOs per second, bucketed by arrival in 5-minute "
         "windows. Pre-surge = mean of the windows after warm-up and before the surge; "
@@ -178,7 +210,10 @@ def render(runs: list[dict[str, Any]], png_name: str) -> str:
         "10 minutes, and its surge-hour goodput is >= 1.2x no admission's. The simulator "
         "models the recompute loop (evicted history is prefilled again, slowing every "
         "turn); whether the baseline recovers is read off the tables. A turned-away request "
-        f"releases its session's next turn (the client moves on). Plot: [{png_name}]({png_name}).", ""]
+        f"releases its session's next turn (the client moves on). Plot: [{png_name}]({png_name}).", "",
+        "The sections below are the *tuning* instance of each scenario (seed 0; Mooncake's first "
+        "half hour), on which Basin's defaults were checked. The verdict is on the evaluation "
+        "instances at the end, which the defaults never saw (docs/evaluation.md).", ""]
     for name in dict.fromkeys(r["scenario"] for r in runs):
         sc = by_name[name]
         rows = [r for r in runs if r["scenario"] == name]
@@ -212,6 +247,48 @@ def render(runs: list[dict[str, Any]], png_name: str) -> str:
         lines += [f"python -m bench {' '.join(r['overrides'])}" for r in rows]
         lines += ["```", ""]
     return "\n".join(lines)
+
+
+def render_evaluation(runs: list[dict[str, Any]]) -> str:
+    """Per evaluation instance: Basin against the better of none and max_queue
+    (SGLang admits everything, or caps its queue), and the targets."""
+    if not runs:
+        return ""
+    lines = ["## Evaluation instances (verdict)", "",
+             "Basin's surge-hour goodput against the better built-in admission on the same "
+             "instance (none or max_queue), and the recovery time of each. Targets: recovery "
+             "within 10 minutes, surge-hour goodput >= 1.2x.", "",
+             "| scenario | instance | requests | best built-in | its surge hour | its recovery "
+             "| basin surge hour | ratio | basin recovery | basin rejected | targets |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    verdicts: dict[str, list[tuple[float, bool]]] = {}
+    for key in dict.fromkeys((r["scenario"], r["instance"]) for r in runs):
+        rows = {r["admission"]: r for r in runs if (r["scenario"], r["instance"]) == key}
+        basin = rows["basin"]
+        best = max((rows[a] for a in ADMISSIONS if a != "basin"),
+                   key=lambda r: r["analysis"]["hour_goodput_rps"])
+        bh, b = best["analysis"]["hour_goodput_rps"], basin["analysis"]["hour_goodput_rps"]
+        ratio = b / bh if bh else float("inf")
+        rec = basin["analysis"]["recovered_after_s"]
+        ok = rec is not None and rec <= 600 and ratio >= 1.2
+        verdicts.setdefault(key[0], []).append((ratio, ok))
+        lines.append(
+            f"| {key[0]} | {key[1]} | {basin['summary']['requests']} | {best['admission'] or 'none'} | "
+            f"{bh:.3f} req/s | {_minutes(best['analysis']['recovered_after_s'])} | {b:.3f} req/s | "
+            f"{ratio:.2f}x | {_minutes(rec)} | {basin['summary']['rejected']} | {'met' if ok else 'NOT met'} |")
+    lines += [""]
+    for name, vs in verdicts.items():
+        ratios = [r for r, _ in vs]
+        lines.append(f"- {name}: targets met in {sum(ok for _, ok in vs)} of {len(vs)} instances; "
+                     f"surge-hour goodput vs the best built-in: mean {sum(ratios) / len(ratios):.2f}x, "
+                     f"range {min(ratios):.2f}x-{max(ratios):.2f}x.")
+    lines += ["", "Commands: as above, with the instance's overrides:", "", "```"]
+    lines += [f"python -m bench {' '.join(r['overrides'])}" for r in runs]
+    return "\n".join(lines + ["```", ""])
+
+
+def _minutes(seconds: float | None) -> str:
+    return "not within the hour" if seconds is None else f"{seconds / 60:.0f} min"
 
 
 def plot(runs: list[dict[str, Any]], path: Path) -> None:
