@@ -4,6 +4,7 @@
     python -m bench.scripts.all --only fairway leap
     python -m bench.scripts.all --quick            # the simulator tables only (~35 min)
     python -m bench.scripts.all --plan             # print the commands, run nothing
+    python -m bench.scripts.all --resume           # go on after an interrupted run
 
 Refuses to start on a dirty tree (``git status`` not empty: tracked changes or
 untracked files anywhere), so every table is stamped with one commit. Each
@@ -11,6 +12,15 @@ table's own script stamps its file; this command writes
 ``bench/results/MANIFEST.md``: the commit, and per table the exact command, its
 wall time and the files it wrote, and the SHA-256 of every trace file the
 tables read. It runs nothing but the scripts below and commits nothing.
+
+Tables and the manifest are stamped with the *code commit*
+(``bench.scripts.common.code_commit``: the newest commit that changed the
+bench, configs, policies or server), so committing finished tables does not
+change the stamp of the ones still to run. An interrupted run (the machine or
+the session ended) records the tables it finished in
+``results/all/<code commit>.json``; ``--resume`` runs the rest at the same code
+commit. It accepts changes under ``bench/results/`` only (the finished tables)
+and refuses if the code commit moved.
 
 NOTE: order matters: ``leap_curve`` writes ``leap_curve.json`` (read by
 ``leap_sim``) and ``results/leap/head.npz`` (read by ``leap_live``).
@@ -21,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import subprocess
 import sys
 import time
@@ -28,6 +39,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.scripts.common import code_commit
 from bench.traces.paths import REPO_ROOT, default_data_root
 
 
@@ -76,6 +88,31 @@ def dirty(root: Path = REPO_ROOT) -> list[str]:
     return [ln for ln in out.stdout.splitlines() if ln.strip()]
 
 
+def progress_path(commit: str) -> Path:
+    """Where a run at ``commit`` records the tables it finished (git-ignored)."""
+    return REPO_ROOT / "results" / "all" / f"{commit}.json"
+
+
+def start(resume: bool) -> tuple[str, dict[str, float]]:
+    """The code commit and the tables already finished at it (``--resume``), or
+    ``SystemExit`` when the tree or the commit does not allow the run."""
+    changes = dirty()
+    if resume:
+        # NOTE: the finished tables are the only changes a resumed run accepts.
+        changes = [ln for ln in changes if not ln[3:].startswith("bench/results/")]
+    if changes:
+        raise SystemExit("refusing to rebuild tables on a dirty tree (commit or stash first):\n"
+                         + "\n".join(changes[:20]))
+    commit = code_commit()
+    if not resume:
+        return commit, {}
+    path = progress_path(commit)
+    if not path.exists():
+        raise SystemExit(f"nothing to resume at code commit {commit} ({path} is missing): "
+                         "the code changed since the interrupted run, or none ran")
+    return commit, json.loads(path.read_text())["done"]
+
+
 def checksums(data_root: Path) -> dict[str, str]:
     """SHA-256 of every trace file (a folder: of its files, in name order)."""
     out: dict[str, str] = {}
@@ -98,32 +135,35 @@ def main() -> None:
     ap.add_argument("--only", nargs="+", choices=[t.name for t in TABLES])
     ap.add_argument("--quick", action="store_true", help="skip the live tables")
     ap.add_argument("--plan", action="store_true", help="print the commands and exit")
+    ap.add_argument("--resume", action="store_true", help="skip the tables an interrupted run finished")
     args = ap.parse_args()
     tables = select(args.only, args.quick)
     if args.plan:
         print("\n".join(t.command for t in tables))
         return
-    changes = dirty()
-    if changes:
-        raise SystemExit("refusing to rebuild tables on a dirty tree (commit or stash first):\n"
-                         + "\n".join(changes[:20]))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, text=True,
-                            capture_output=True, check=True).stdout.strip()
-    runs: list[tuple[Table, float]] = []
+    commit, done = start(args.resume)
+    path = progress_path(commit)
+    path.parent.mkdir(parents=True, exist_ok=True)
     for table in tables:
+        if table.name in done:
+            print(f"== {table.command}: done at {commit} ({done[table.name] / 60:.1f} min), skipped", flush=True)
+            continue
         print(f"== {table.command}", flush=True)
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-m", *table.args], cwd=REPO_ROOT, check=True)
-        runs.append((table, time.perf_counter() - t0))
+        done[table.name] = time.perf_counter() - t0
+        path.write_text(json.dumps({"commit": commit, "done": done}, indent=1))
+    runs = [(t, done[t.name]) for t in tables]
     manifest = render(commit, runs, checksums(default_data_root()), args)
     (REPO_ROOT / "bench" / "results" / "MANIFEST.md").write_text(manifest)
     print(manifest)
 
 
 def render(commit: str, runs: list[tuple[Table, float]], sums: dict[str, str], args: argparse.Namespace) -> str:
-    flags = (" --quick" if args.quick else "") + (f" --only {' '.join(args.only)}" if args.only else "")
+    flags = (" --quick" if args.quick else "") + (f" --only {' '.join(args.only)}" if args.only else "") \
+        + (" (resumed)" if getattr(args, "resume", False) else "")
     lines = ["# Committed tables: how they were built", "",
-             f"`python -m bench.scripts.all{flags}` at commit {commit} "
+             f"`python -m bench.scripts.all{flags}` at code commit {commit} "
              f"({datetime.now(UTC):%Y-%m-%d}), {sum(w for _, w in runs) / 60:.0f} min in all. "
              "Each table also names its commit and its rows' commands.", "",
              "| table | command | wall | wrote |", "|---|---|---|---|"]

@@ -19,21 +19,33 @@ def add_output_args(parser: argparse.ArgumentParser, table: str, results: str) -
                         / datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
 
 
+#: The code and configs that make a table; not the committed tables themselves
+#: (one table's script must not mark another table's stamp).
+SOURCES = ("--", "bench", "compose", "conf", "policies", "server", ":(exclude)bench/results")
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=REPO_ROOT, text=True, capture_output=True,
+                          check=True).stdout.strip()
+
+
+def code_commit() -> str:
+    """Short hash of the newest commit that changed ``SOURCES`` (HEAD's code).
+
+    NOTE: committing a table, a doc or a test does not move it, so tables built
+    from the same code carry the same stamp across such commits."""
+    return _git("log", "-1", "--format=%h", "HEAD", *SOURCES)
+
+
 @functools.cache
 def git_commit() -> str:
-    """Short commit of the checkout, marked when the bench's sources differ from it.
+    """The code commit (``code_commit``), marked when the bench's sources differ from it.
 
     NOTE: cached: the first call stamps the run; a script calls it before it
     starts working, so a later edit to the tree cannot change the stamp."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO_ROOT, text=True, capture_output=True,
-                              check=True).stdout.strip()
-
-    # NOTE: the code and configs that make a table; not the committed tables
-    # themselves (one table's script must not mark another table's stamp).
-    paths = ("--", "bench", "compose", "conf", "policies", "server", ":(exclude)bench/results")
+    git, paths = _git, SOURCES
     try:
-        commit = git("rev-parse", "--short", "HEAD")
+        commit = code_commit()
         # NOTE: plumbing only: nothing here writes to the repository or its index.
         dirty = git("diff-index", "--name-only", "HEAD", *paths) or \
             git("ls-files", "--others", "--exclude-standard", *paths)

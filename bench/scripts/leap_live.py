@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=2 python -m bench.scripts.leap_live [--requests 120] [--rate 0.4] [--seeds 0]
 
-For each policy, starts ``python -m server +policy=<policy>`` (float32,
+For each policy (by default every SGLang built-in order, then LEAP), starts ``python -m server +policy=<policy>`` (float32,
 ``sglang.max_running_requests=--max-running``) and replays the same workload:
 the LEAP prompts of the held-out ``eval`` topics (``bench/leap/prompts.py``;
 the head never saw them), chat requests, greedy, at Poisson arrival times
@@ -110,7 +110,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="arrival-time seeds")
     ap.add_argument("--max-running", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=200)
-    ap.add_argument("--policies", nargs="+", default=["fcfs", "shortest-prefill-first", "leap"])
+    ap.add_argument("--policies", nargs="+", default=[*BUILTINS, "leap"],
+                    help="every SGLang built-in order and LEAP (default; ~9 min each)")
     add_output_args(ap, "leap_live", "leap_live")
     args = ap.parse_args()
     if "leap" in args.policies and not args.head.exists():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -41,5 +42,49 @@ def test_quick_skips_live_tables_and_the_manifest_names_each_command():
     table = rebuild.TABLES[0]
     text = rebuild.render("abc1234", [(table, 90.0)], {"x.csv": "00ff"},
                           argparse.Namespace(quick=False, only=[table.name]))
-    assert f"`python -m bench.scripts.all --only {table.name}` at commit abc1234" in text
+    assert f"`python -m bench.scripts.all --only {table.name}` at code commit abc1234" in text
     assert f"`{table.command}` | 1.5 min" in text and "| `x.csv` | `00ff` |" in text
+
+
+def _fake_run(monkeypatch, tmp_path, changes, done=None):
+    """all.main with git and the table scripts replaced; returns the commands it ran."""
+    ran: list[str] = []
+    monkeypatch.setattr(rebuild, "dirty", lambda root=REPO_ROOT: list(changes))
+    monkeypatch.setattr(rebuild, "code_commit", lambda: "abc1234")
+    monkeypatch.setattr(rebuild, "progress_path", lambda commit: tmp_path / f"{commit}.json")
+    monkeypatch.setattr(rebuild, "checksums", lambda root: {})
+    monkeypatch.setattr(rebuild, "REPO_ROOT", tmp_path)
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    monkeypatch.setattr(rebuild.subprocess, "run", lambda argv, **k: ran.append(argv[2]))
+    if done is not None:
+        (tmp_path / "abc1234.json").write_text(json.dumps({"commit": "abc1234", "done": done}))
+    return ran
+
+
+def test_resume_runs_only_the_unfinished_tables_at_the_same_code_commit(monkeypatch, tmp_path):
+    ran = _fake_run(monkeypatch, tmp_path, [" M bench/results/baselines.md"], done={"baselines": 120.0})
+    monkeypatch.setattr(sys, "argv", ["all", "--only", "baselines", "penelope", "--resume"])
+    rebuild.main()
+    assert ran == ["bench.scripts.penelope"]
+    assert set(json.loads((tmp_path / "abc1234.json").read_text())["done"]) == {"baselines", "penelope"}
+    manifest = (tmp_path / "bench" / "results" / "MANIFEST.md").read_text()
+    assert "at code commit abc1234" in manifest and "| baselines | `python -m bench.scripts.baselines` | 2.0 min" in manifest
+
+
+def test_resume_refuses_code_changes_and_a_missing_record(monkeypatch, tmp_path):
+    _fake_run(monkeypatch, tmp_path, [" M policies/cache/lru.py"], done={})
+    monkeypatch.setattr(sys, "argv", ["all", "--only", "baselines", "--resume"])
+    with pytest.raises(SystemExit, match="dirty tree"):
+        rebuild.main()
+    (tmp_path / "abc1234.json").unlink()
+    monkeypatch.setattr(rebuild, "dirty", lambda root=REPO_ROOT: [])
+    with pytest.raises(SystemExit, match="nothing to resume"):
+        rebuild.main()
+
+
+def test_a_fresh_run_refuses_changed_tables(monkeypatch, tmp_path):
+    ran = _fake_run(monkeypatch, tmp_path, [" M bench/results/baselines.md"])
+    monkeypatch.setattr(sys, "argv", ["all", "--only", "baselines"])
+    with pytest.raises(SystemExit, match="dirty tree"):
+        rebuild.main()
+    assert ran == []
