@@ -1,6 +1,6 @@
 """Rebuild every committed table from a clean tree -> ``bench/results/*`` and ``MANIFEST.md``.
 
-    python -m bench.scripts.all                    # every table, in dependency order (~2.5 h)
+    python -m bench.scripts.all                    # every table, in dependency order (~3 h)
     python -m bench.scripts.all --only fairway leap
     python -m bench.scripts.all --quick            # the simulator tables only (~35 min)
     python -m bench.scripts.all --plan             # print the commands, run nothing
@@ -58,20 +58,22 @@ class Table:
         return "python -m " + " ".join(self.args)
 
 
+#: NOTE: the two longest live tables run last: an interrupted run (``--resume``)
+#: then has the most tables done.
 TABLES: tuple[Table, ...] = (
     Table("baselines", ("bench.scripts.baselines",), ("baselines.md",)),
     Table("fairway", ("bench.scripts.fairway", "--check-defaults"), ("fairway.md",)),
     Table("leap_curve", ("bench.scripts.leap_curve", "--prompts", "500", "--concurrency", "32"),
           ("leap_curve.json", "leap_curve.png"), live=True),
     Table("leap", ("bench.scripts.leap_sim",), ("leap.md",)),
-    Table("leap_live", ("bench.scripts.leap_live", "--requests", "120", "--rate", "0.35", "--max-running", "8"),
-          ("leap_live.md",), live=True),
     Table("penelope", ("bench.scripts.penelope",), ("penelope.md",)),
     Table("basin_surge", ("bench.scripts.basin_surge",), ("basin_surge.md", "basin_surge.png")),
     Table("order_overhead", ("bench.scripts.order_overhead",), ("order_overhead.md",)),
     Table("cache_overhead", ("bench.scripts.cache_overhead",), ("cache_overhead.md",)),
     Table("validation", ("bench.scripts.validate_sim",), ("validation.md",), live=True),
     Table("plugin_overhead", ("bench.scripts.plugin_overhead", "--rounds", "3"), ("plugin_overhead.md",), live=True),
+    Table("leap_live", ("bench.scripts.leap_live", "--requests", "120", "--rate", "0.35", "--max-running", "8"),
+          ("leap_live.md",), live=True),
 )
 #: The trace files the tables read (relative to the data root).
 TRACE_FILES = (

@@ -1,6 +1,6 @@
 """LEAP vs SGLang's built-in orders on the live CPU server -> ``bench/results/leap_live.md``.
 
-    OMP_NUM_THREADS=2 python -m bench.scripts.leap_live [--requests 120] [--rate 0.4] [--seeds 0]
+    python -m bench.scripts.leap_live [--requests 120] [--rate 0.4] [--seeds 0]
 
 For each policy (by default every SGLang built-in order, then LEAP), starts ``python -m server +policy=<policy>`` (float32,
 ``sglang.max_running_requests=--max-running``) and replays the same workload:
@@ -144,10 +144,11 @@ def render(runs: dict[int, dict[str, Any]], args: argparse.Namespace, commit: st
     seeds = list(runs)
     lines = [
         "# LEAP on the live CPU server", "",
-        f"Produced by `OMP_NUM_THREADS=2 python -m bench.scripts.leap_live --requests {args.requests} "
+        f"Produced by `python -m bench.scripts.leap_live --requests {args.requests} "
         f"--rate {args.rate} --seeds {' '.join(map(str, seeds))} --max-running {args.max_running} "
         f"--max-tokens {args.max_tokens} --policies {' '.join(policies)}` at commit {commit} "
-        f"({datetime.now(UTC):%Y-%m-%d}, {wall / 60:.0f} min). SmolLM2-135M float32 on this machine's CPU, "
+        f"({datetime.now(UTC):%Y-%m-%d}, {wall / 60:.0f} min). SmolLM2-135M float32 on this machine's CPU "
+        "(one thread: `server.cpu_threads=1`, which sets the model's OMP_NUM_THREADS), "
         f"`sglang.max_running_requests={args.max_running}`. Workload: {args.requests} held-out LEAP prompts "
         f"(`eval` topics), Poisson arrivals at {args.rate}/s, greedy, outputs decided by the model "
         f"(capped at {args.max_tokens}). LEAP starts from the head trained by `python -m bench.scripts.leap_curve` "
