@@ -275,7 +275,7 @@ def render_evaluation(runs: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {key[0]} | {key[1]} | {basin['summary']['requests']} | {best['admission'] or 'none'} | "
             f"{bh:.3f} req/s | {_minutes(best['analysis']['recovered_after_s'])} | {b:.3f} req/s | "
-            f"{ratio:.2f}x | {_minutes(rec)} | {basin['summary']['rejected']} | {'met' if ok else 'NOT met'} |")
+            f"{ratio:.3f}x | {_minutes(rec)} | {basin['summary']['rejected']} | {'met' if ok else 'NOT met'} |")
     lines += [""]
     for name, vs in verdicts.items():
         ratios = [r for r, _ in vs]
