@@ -16,8 +16,8 @@ from sglang.srt.mem_cache.radix_cache import RadixCache
 
 from policies.admission import AdmissionAction, AdmissionDecision, AdmissionNeeds
 from policies.admission.max_queue import MaxQueuePolicy
-from policies.cache.filo import FiloPolicy
 from policies.cache.fifo import FifoPolicy
+from policies.cache.filo import FiloPolicy
 from policies.cache.lfu import LfuPolicy
 from policies.cache.lru import LruPolicy
 from policies.cache.mru import MruPolicy
