@@ -7,6 +7,7 @@ folder          marker      what runs
 ``config/``     ``config``  composition, the kinds registry, the CLI, the model cache
 ``seams/``      ``seam``    SGLang seams on real SGLang classes, no model
 ``sim/``        ``sim``     the simulator and the replay harness (fake servers)
+``kernels/``    ``kernel``  kernels against their torch references, references against PEFT
 ``live/``       ``server``  real CPU servers (minutes; they share server starts)
 ==============  ==========  ================================================
 
@@ -24,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 #: Marker of each tier folder.
 TIER_MARKERS = {"policies": "policy", "config": "config", "seams": "seam", "sim": "sim",
-                "live": "server"}
+                "kernels": "kernel", "live": "server"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
