@@ -1,5 +1,6 @@
 """GPU kernels (FlashInfer/Triton), each paired with a torch reference that runs on CPU.
 
-Empty until a technique needs a kernel of its own; SGLang's kernels serve the
-foundation.
+``scute/``: the generalized adapter computation (LoRA, DoRA, VeRA, OFT, IA3 in
+one batch): slots, torch reference, PEFT reader, stacked pool, Triton kernel.
+SGLang's own kernels serve everything else.
 """
