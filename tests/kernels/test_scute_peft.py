@@ -96,10 +96,10 @@ def test_the_adapter_changes_the_output(adapters):
 def test_a_batch_mixing_every_type_equals_each_adapter_alone(adapters):
     base = base_model()
     layer = base.model.layers[0].self_attn.v_proj
-    names = [n for n in CONFIGS if "model.layers.0.self_attn.v_proj" in
-             read_peft(adapters[n][0], base_linear(base)).slots]
-    slots: list[AdapterSlots | None] = [read_peft(adapters[n][0], base_linear(base)).slots[
-        "model.layers.0.self_attn.v_proj"] for n in names] + [None]
+    module = "model.layers.0.self_attn.v_proj"
+    converted = {n: read_peft(adapters[n][0], base_linear(base)).slots for n in CONFIGS}
+    names = [n for n in CONFIGS if module in converted[n]]
+    slots: list[AdapterSlots | None] = [converted[n][module] for n in names] + [None]
     assert {METHODS[n] for n in names} == {"lora", "dora", "vera", "oft", "ia3"}
     seg_adapter = [0, len(slots) - 1, 1, 2, 0, 3, len(slots) - 1] + list(range(4, len(names)))
     seg_lens = [3, 2, 0, 4, 1, 2, 3] + [2] * (len(names) - 4)
