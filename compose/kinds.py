@@ -14,7 +14,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from compose.schema import CacheHostConfig
+from compose.schema import AdaptersHostConfig, CacheHostConfig
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("policy", "scheduling", "SchedulingPolicy", "SchedulingNeeds"),
     Kind("cache", "cache", "EvictionPolicy", "EvictionNeeds", host_settings=CacheHostConfig),
     Kind("admission", "admission", "AdmissionPolicy", "AdmissionNeeds"),
+    Kind("adapters", "adapters", "AdaptersPolicy", "AdaptersNeeds", host_settings=AdaptersHostConfig),
 )
 
 #: Kinds by config group.

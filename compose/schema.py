@@ -107,6 +107,35 @@ class CacheHostConfig:
             raise ValueError(f"must be >= 0, got {self.host_tier_tokens}")
 
 
+@dataclass(frozen=True)
+class AdaptersHostConfig:
+    """Host settings under ``adapters.*``: which adapters the deployment serves
+    and how many share a batch (the slot eviction order is the option's).
+
+    NOTE: both hosts read them from ``PolicySpec.host``, never from the policy."""
+
+    paths: dict[str, str] | None = None
+    """Adapters loaded at startup, ``{name: PEFT directory}`` (``None``: none);
+    requests name one
+    as ``model="<name>"`` (or ``"<base>:<name>"``). More load at runtime
+    through SGLang's ``/load_lora_adapter``."""
+    max_per_batch: int = 8
+    """Adapters resident in the batch slots at once, the base model's slot
+    included (SGLang's ``--max-loras-per-batch``)."""
+    max_rank: int | None = None
+    """Largest low-rank term an adapter loaded at runtime may have; ``None``:
+    the largest of ``paths`` (one of the two is required)."""
+    target_modules: list[str] | None = None
+    """Layers adapters may touch (``q_proj``, ``down_proj``, ... or ``all``);
+    ``None``: those of ``paths``. Runtime loads must stay within them."""
+
+    def __post_init__(self) -> None:
+        if self.max_per_batch < 2:
+            raise ValueError(f"max_per_batch: must be >= 2 (one slot is the base model's), got {self.max_per_batch}")
+        if self.max_rank is not None and self.max_rank < 1:
+            raise ValueError(f"max_rank: must be >= 1, got {self.max_rank}")
+
+
 #: Keys that moved, with their new place and why (a clear error, never ignored).
 MOVED_KEYS: dict[str, tuple[str, str]] = {
     "cache.host_bandwidth_gbs": ("sim.host_bandwidth_gbs",

@@ -89,8 +89,11 @@ def _host_settings(group: str, schema: type | None, data: dict[str, Any]) -> dic
     try:
         schema(**host)
     except ValueError as exc:
-        name = next(iter(host), "")
-        raise ConfigError(f"invalid value for '{group}.{name}': {exc}") from None
+        # NOTE: a schema with several fields starts its message with "<field>: ".
+        name, sep, rest = str(exc).partition(": ")
+        if not (sep and name in host):
+            name, rest = next(iter(host), ""), str(exc)
+        raise ConfigError(f"invalid value for '{group}.{name}': {rest}") from None
     return host
 
 
