@@ -29,4 +29,5 @@ BINDINGS: dict[str, str] = {
     "policy": "server.sglang.scheduling.ordering:SwitchboardSchedulePolicy",
     "cache": "server.sglang.cache.eviction:PolicyEvictionStrategy",
     "admission": "server.sglang.scheduling.gate:AdmissionGate",
+    "adapters": "server.sglang.adapters.slot_eviction:PolicySlotEviction",
 }

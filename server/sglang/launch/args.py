@@ -75,6 +75,8 @@ def sglang_fields(plan: LaunchPlan) -> dict[str, Any]:
             require("radix_eviction_policy", EVICTION_STRATEGY_NAME, "+cache")
         if fields.get("disable_radix_cache"):
             raise ConfigError("+cache needs the prefix cache; remove sglang.disable_radix_cache")
+    if "adapters" in plan.policies:
+        _adapter_fields(plan, fields, require)
     if plan.device == "cpu":
         # NOTE: CUDA graphs do not exist on CPU.
         fields.setdefault("cuda_graph_backend_decode", "disabled")
@@ -96,6 +98,38 @@ def _parser() -> argparse.ArgumentParser:
     parser = _RaisingParser(prog="sglang", add_help=False)
     ServerArgs.add_cli_args(parser)
     return parser
+
+
+def _adapter_fields(plan: LaunchPlan, fields: dict[str, Any], require: Any) -> None:
+    """SGLang's LoRA settings from ``+adapters`` (its host settings)."""
+    spec = plan.policies["adapters"]
+    host = spec.host_settings()
+    mixed = build_policy(spec).needs.mixed_methods
+    why = f"+adapters ({spec.target})"
+    if not host.paths and (host.max_rank is None or not host.target_modules):
+        raise ConfigError("adapters: with no adapters.paths, set adapters.max_rank and "
+                          "adapters.target_modules (the slots are sized at startup)")
+    if int(fields.get("tp_size") or 1) > 1 and mixed:
+        raise ConfigError(f"sglang.tp_size={fields['tp_size']} conflicts with {why}: Scute's slots "
+                          "are not sharded (tp_size 1)")
+    require("enable_lora", True, why)
+    require("max_loras_per_batch", host.max_per_batch, why + " (adapters.max_per_batch)")
+    if host.paths:
+        require("lora_paths", [f"{name}={path}" for name, path in host.paths.items()], why + " (adapters.paths)")
+    if host.target_modules:
+        require("lora_target_modules", list(host.target_modules), why + " (adapters.target_modules)")
+    if mixed:
+        # NOTE: SGLang is handed a zero rank-1 LoRA per adapter (the real
+        # values live in Scute's slots) and builds its manager with the scute
+        # backend, which its CLI cannot name: torch_native stands in there.
+        require("max_lora_rank", 1, why)
+        require("lora_backend", "torch_native", why)
+    else:
+        if host.max_rank is not None:
+            require("max_lora_rank", host.max_rank, why + " (adapters.max_rank)")
+        if plan.device == "cpu":
+            # NOTE: SGLang's default (csgmv) dies at warm-up on CPU.
+            require("lora_backend", "torch_native", why + " on CPU")
 
 
 def to_argv(fields: dict[str, Any], parser: argparse.ArgumentParser | None = None) -> list[str]:

@@ -65,9 +65,15 @@ def install(plan) -> None:  # plan: server.resolve.LaunchPlan
             register_gap_cache(cache, cache_spec.host_settings().host_tier_tokens)
         else:
             install_eviction_policy(cache)
-    log.info("switchboard plugin: order=%s admission=%s cache=%s",
+    if "adapters" in plan.policies:
+        from server.sglang.adapters.hooks import install as install_adapters
+
+        spec = plan.policies["adapters"]
+        install_adapters(build_policy(spec), spec.host_settings())
+    log.info("switchboard plugin: order=%s admission=%s cache=%s adapters=%s",
              type(order).__name__ if order else "sglang", type(admission).__name__ if admission else "none",
-             plan.policies["cache"].target if "cache" in plan.policies else "sglang")
+             plan.policies["cache"].target if "cache" in plan.policies else "sglang",
+             plan.policies["adapters"].target if "adapters" in plan.policies else "none")
 
 
 def own_order(plan):  # -> SchedulingPolicy | None

@@ -1,0 +1,1 @@
+"""SGLang's LoRA path: Scute's generalized slots and the slot eviction seam."""
