@@ -17,6 +17,7 @@ from bench.config import BenchSettings
 from bench.metrics import RequestRecord, Slo, Timeline, summarize, windows
 from bench.report import write_results
 from bench.sim import CostModel, SimSettings, TimelineSampler, build_simulator, records_of
+from bench.sim.adapters import AdapterMix, AdapterSlotTable
 from bench.sim.overlap import IterationLog, client_visible
 from bench.traces import Trace, load_trace
 from bench.traces.shape import Shape, ShapedTrace, ShapeError, shape_trace
@@ -92,6 +93,9 @@ def run_bench(settings: BenchSettings, out_dir: Path | None = None,
 
     t1 = time.perf_counter()
     if settings.is_live:
+        if settings.sim.adapters_count:
+            # NOTE: the live client sends token ids only; it names no adapter yet.
+            raise ConfigError("sim.adapters_count is simulator-only: the live replay sends no adapter names")
         records, timeline, mode_meta = _live(settings, trace, show)
     else:
         records, timeline, mode_meta = _simulate(settings, trace, cost, sim_settings, show)
@@ -121,15 +125,30 @@ def run_bench(settings: BenchSettings, out_dir: Path | None = None,
     return result
 
 
+def adapter_slots(settings: BenchSettings) -> tuple[AdapterSlotTable | None, AdapterMix | None]:
+    """The simulator's adapter slots and request mix (``+adapters``, ``sim.adapters_*``)."""
+    sim = settings.sim
+    spec = settings.policies.get("adapters")
+    if spec is None:
+        if sim.adapters_count:
+            raise ConfigError("sim.adapters_count needs +adapters (the slots' eviction order and size)")
+        return None, None
+    table = AdapterSlotTable(settings.build("adapters"), spec.host_settings().max_per_batch, sim.adapter_load_s)
+    mix = AdapterMix(sim.adapters_count, sim.adapters_zipf_s, sim.adapters_base_share, sim.adapters_seed) \
+        if sim.adapters_count else None
+    return table, mix
+
+
 def _simulate(settings: BenchSettings, trace: Trace, cost: CostModel, sim_settings: SimSettings,
               show: bool) -> tuple[list[RequestRecord], Timeline, dict[str, Any]]:
     log.info("bench: KV pool %d tokens, %d request slots", sim_settings.capacity,
              sim_settings.max_running_requests)
     sync = settings.accelerator.synchronous_forward
     iterations = IterationLog(cost) if sync else None
+    slots, mix = adapter_slots(settings)
     sim = build_simulator(trace, iterations if iterations is not None else cost, sim_settings,
                           order=settings.build("policy"), eviction=settings.build("cache"),
-                          admission=settings.build("admission"))
+                          admission=settings.build("admission"), adapters=slots, adapter_mix=mix)
     if iterations is not None:
         iterations.clock = lambda: sim.now
     sampler = TimelineSampler(settings.metrics.timeline_dt_s)
@@ -148,6 +167,8 @@ def _simulate(settings: BenchSettings, trace: Trace, cost: CostModel, sim_settin
         "evicted_tokens": sim.cache.num_evicted_tokens,
         "evicted_recomputed_tokens": sim.evicted_recomputed_tokens,
         "gap_recomputed_tokens": sim.gap_recomputed_tokens,
+        "adapter_loads": sim.adapters.loads if sim.adapters is not None else 0,
+        "adapter_evictions": sim.adapters.evictions if sim.adapters is not None else 0,
         "restored_tokens": sim.restored_tokens,
         "token_times": "as clients see them (synchronous forward: one iteration late)" if sync
         else "iteration ends",

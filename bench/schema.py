@@ -249,6 +249,20 @@ class SimConfig:
     """Host-to-device copy bandwidth (GB/s) a host-tier restore runs at, serial
     with the prefill pass that needs it (about PCIe 5.0 x16 with pinned
     memory); the tier's size is ``cache.host_tier_tokens``."""
+    adapters_count: int = 0
+    """With ``+adapters``: adapters the requests use (``bench/sim/adapters.py``:
+    drawn per session, or per request, by a stable hash); 0 = every request
+    uses the base model."""
+    adapters_zipf_s: float = 1.0
+    """Popularity skew of the adapters (weight of rank ``k``: ``1/(k+1)^s``)."""
+    adapters_base_share: float = 0.0
+    """Share of sessions (or requests) that use the base model."""
+    adapters_seed: int = 0
+    """Seed of the adapter assignment."""
+    adapter_load_s: float = 0.002
+    """Time to load one adapter into a batch slot, serial with the forward pass
+    that needs it (a rank-16 all-linear adapter of a 7B model is ~40 MB: about
+    1 ms over PCIe 5.0; the default leaves room for the copy's setup)."""
 
 
 class LiveApi(enum.Enum):

@@ -20,6 +20,7 @@ from array import array
 import numpy as np
 
 from bench.metrics import RequestRecord, Timeline
+from bench.sim.adapters import AdapterMix, AdapterSlotTable
 from bench.sim.cache import PrefixCache
 from bench.sim.cost import CostModel
 from bench.sim.engine import SimulationError, Simulator
@@ -40,6 +41,7 @@ BINDINGS: dict[str, str] = {
     "policy": "bench.sim.queue:WaitingQueue",
     "cache": "bench.sim.cache:PrefixCache",
     "admission": "bench.sim.admission:AdmissionGate",
+    "adapters": "bench.sim.adapters:AdapterSlotTable",
 }
 
 __all__ = ["BINDINGS", "CostModel", "SimSettings", "Simulator", "SimulationError", "TimelineSampler",
@@ -49,10 +51,12 @@ __all__ = ["BINDINGS", "CostModel", "SimSettings", "Simulator", "SimulationError
 def build_simulator(trace: Trace, cost: CostModel, settings: SimSettings, *,
                     order: SchedulingPolicy | None = None,
                     eviction: EvictionPolicy | None = None,
-                    admission: AdmissionPolicy | None = None) -> Simulator:
+                    admission: AdmissionPolicy | None = None,
+                    adapters: AdapterSlotTable | None = None, adapter_mix: AdapterMix | None = None) -> Simulator:
     """A simulator for ``trace``; a kind left ``None`` behaves as stock SGLang
-    (queue kept in arrival order, LRU eviction, every request admitted). With
-    ``settings.host_tier_tokens > 0`` the cache gets a host tier of that size."""
+    (queue kept in arrival order, LRU eviction, every request admitted, no
+    adapters). With ``settings.host_tier_tokens > 0`` the cache gets a host tier
+    of that size; with ``adapters``, requests carry ``adapter_mix``'s adapters."""
     policy = eviction if eviction is not None else LruPolicy()
     cache = PrefixCache(max(trace.block_size, 1), policy, host_tier_tokens=settings.host_tier_tokens,
                         host_bandwidth_gbs=settings.host_bandwidth_gbs)
@@ -62,7 +66,7 @@ def build_simulator(trace: Trace, cost: CostModel, settings: SimSettings, *,
     cache.touch_waiting = queue.touch_every_pass
     observers = [p for p in (order, admission) if isinstance(p, ObservesFinished)]
     return Simulator(trace, cost, settings, queue=queue, cache=cache, admission=admission,
-                     observers=observers)
+                     observers=observers, adapters=adapters, adapter_mix=adapter_mix)
 
 
 class TimelineSampler:

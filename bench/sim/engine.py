@@ -48,6 +48,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 
+from bench.sim.adapters import AdapterMix, AdapterSlotTable
 from bench.sim.admission import AdmissionGate
 from bench.sim.arrivals import Arrivals
 from bench.sim.cache import PrefixCache
@@ -74,7 +75,8 @@ class Simulator:
                  admission: AdmissionPolicy | None = None,
                  on_sample: Callable[[Simulator], None] | None = None,
                  on_final: Callable[[SimRequest], None] | None = None,
-                 observers: Sequence[ObservesFinished] = ()) -> None:
+                 observers: Sequence[ObservesFinished] = (),
+                 adapters: AdapterSlotTable | None = None, adapter_mix: AdapterMix | None = None) -> None:
         self.trace, self.cost, self.s = trace, cost, settings
         self.cache, self.queue = cache, queue
         self.gate = AdmissionGate(admission, settings.capacity) if admission is not None else None
@@ -100,6 +102,9 @@ class Simulator:
         self.on_final = on_final
         self.observers = list(observers)
         """Policies told about every request that leaves (``ObservesFinished``)."""
+        self.adapters = adapters
+        """Adapter batch slots (``bench/sim/adapters.py``); ``None``: no adapters."""
+        self.adapter_mix = adapter_mix
 
     # ------------------------------------------------------------- accounting
     @property
@@ -148,6 +153,8 @@ class Simulator:
             return
         r.output_len = max_new
         r.seq = next(self._seq)
+        if self.adapter_mix is not None:
+            r.adapter = self.adapter_mix.adapter_of(r.trace.session_id or r.rid)
         self._stamp_queue_entry(r)
         if self.gate is not None:
             rejected = self.gate.on_arrival(self, r)
@@ -215,9 +222,14 @@ class Simulator:
             clip=self.s.clip_max_new_tokens, max_requests=self.s.prefill_max_requests)
         still_chunked = adder.add_chunked(self.chunked) if self.chunked is not None else False
         admitted: list[SimRequest] = []
+        batch_adapters: set[str | None] = set()
+        if self.adapters is not None:
+            batch_adapters = {r.adapter for r in self.running} | {r.adapter for r, _ in adder.batch}
         for r in self.queue.items:
             if adder.budget_state() is AddResult.OTHER or r.deferred:
                 break
+            if self.adapters is not None and not self.adapters.admits(r.adapter, batch_adapters):
+                continue  # NOTE: SGLang skips it and walks on (can_schedule_lora_req)
             if len(admitted) >= slots:
                 self.batch_is_full = True
                 break
@@ -225,6 +237,7 @@ class Simulator:
             result = adder.add(r)
             if adder.batch and adder.batch[-1][0] is r:
                 admitted.append(r)
+                batch_adapters.add(r.adapter)
             if result is not AddResult.CONTINUE:
                 if result is AddResult.NO_TOKEN:
                     self.batch_is_full = bool(adder.batch) or bool(self.running)
@@ -294,6 +307,8 @@ class Simulator:
         return recomputed
 
     def _run_prefill(self, adder: PrefillAdder) -> None:
+        if self.adapters is not None:
+            self.now += self.adapters.prepare(r.adapter for r, _ in adder.batch)
         pairs = [(e, r.computed) for r, e in adder.batch]
         if self._gaps:
             gaps = [g for r, _ in adder.batch for g in self._gaps.get(r, ((), 0))[0]]
@@ -368,6 +383,8 @@ class Simulator:
         n = len(self.running)
         if not self._ensure_free(n):
             raise SimulationError("decode step does not fit after retraction")
+        if self.adapters is not None:
+            self.now += self.adapters.prepare(r.adapter for r in self.running)
         self.private_tokens += n
         self.now += self.cost.decode_time(n, self.running.context_tokens())
         for r in self.running.advance(self.now):

@@ -54,9 +54,9 @@ class IterationLog:
         self.ends = array("d")
         self.prefill = array("b")
         """1 for a prefill iteration, 0 for a decode step."""
-        self.sizes = array("l")
+        self.sizes = array("q")
         """Requests in the iteration."""
-        self.new_tokens = array("l")
+        self.new_tokens = array("q")
         """Prompt tokens computed (prefill; 0 for decode)."""
 
     def __getattr__(self, name: str) -> Any:  # kv_capacity_tokens, shape, ...

@@ -51,7 +51,7 @@ class SimRequest:
         "match_node", "match_tokens", "dirty", "lock_node", "inserted_blocks", "computed",
         "private_tokens", "decode_from", "first_token_s", "finish_s", "cached_first",
         "prefill_tokens", "retractions", "segments", "view", "dup", "path", "waiter_node",
-        "reject_reason", "features", "row",
+        "reject_reason", "features", "row", "adapter",
     )
 
     def __init__(self, trace: TraceRequest, arrival_s: float) -> None:
@@ -59,6 +59,8 @@ class SimRequest:
         self.rid = trace.rid
         self.input_len = trace.input_tokens
         self.output_len = trace.output_tokens
+        self.adapter: str | None = None
+        """The adapter the request uses (``None``: the base model)."""
         self.blocks: array | None = trace.block_ids
         self.arrival_s = arrival_s
         """When the client sent it (for closed-loop requests: release time)."""
