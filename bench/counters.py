@@ -75,8 +75,3 @@ class EngineCounters:
         var = self.decode_batch_sq_sum / n - mb * mb
         slope = (self.decode_batch_time_sum / n - mb * mt) / var if var > 1e-12 else nan
         return {"mean_batch": mb, "mean_step_s": mt, "slope_s": slope, "intercept_s": mt - slope * mb}
-
-    def step_at(self, batch: float) -> float:
-        """The fitted decode step time at ``batch`` requests."""
-        line = self.decode_line()
-        return line["intercept_s"] + line["slope_s"] * batch

@@ -21,7 +21,7 @@ def add_output_args(parser: argparse.ArgumentParser, table: str, results: str) -
 
 #: The code and configs that make a table; not the committed tables themselves
 #: (one table's script must not mark another table's stamp).
-SOURCES = ("--", "bench", "compose", "conf", "policies", "server", ":(exclude)bench/results")
+SOURCES = ("--", "bench", "compose", "conf", "kernels", "policies", "server", ":(exclude)bench/results")
 
 
 def _git(*args: str) -> str:
@@ -43,12 +43,11 @@ def git_commit() -> str:
 
     NOTE: cached: the first call stamps the run; a script calls it before it
     starts working, so a later edit to the tree cannot change the stamp."""
-    git, paths = _git, SOURCES
     try:
         commit = code_commit()
         # NOTE: plumbing only: nothing here writes to the repository or its index.
-        dirty = git("diff-index", "--name-only", "HEAD", *paths) or \
-            git("ls-files", "--others", "--exclude-standard", *paths)
+        dirty = _git("diff-index", "--name-only", "HEAD", *SOURCES) or \
+            _git("ls-files", "--others", "--exclude-standard", *SOURCES)
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return f"{commit} + uncommitted changes" if dirty else commit
