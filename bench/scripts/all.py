@@ -1,6 +1,6 @@
 """Rebuild every committed table from a clean tree -> ``bench/results/*`` and ``MANIFEST.md``.
 
-    python -m bench.scripts.all                    # every table, in dependency order (~3 h)
+    python -m bench.scripts.all                    # every table, in dependency order (~2 h 15 min)
     python -m bench.scripts.all --only fairway leap
     python -m bench.scripts.all --quick            # the simulator tables only (~35 min)
     python -m bench.scripts.all --plan             # print the commands, run nothing
@@ -71,6 +71,7 @@ TABLES: tuple[Table, ...] = (
     Table("order_overhead", ("bench.scripts.order_overhead",), ("order_overhead.md",)),
     Table("cache_overhead", ("bench.scripts.cache_overhead",), ("cache_overhead.md",)),
     Table("validation", ("bench.scripts.validate_sim",), ("validation.md",), live=True),
+    Table("adapters", ("bench.scripts.adapters",), ("adapters.md",), live=True),
     Table("plugin_overhead", ("bench.scripts.plugin_overhead", "--rounds", "3"), ("plugin_overhead.md",), live=True),
     Table("leap_live", ("bench.scripts.leap_live", "--requests", "120", "--rate", "0.35", "--max-running", "8"),
           ("leap_live.md",), live=True),

@@ -20,8 +20,8 @@ if os.environ.get("TRITON_INTERPRET") != "1":
 
 from kernels.scute.pool import SlotPool, pool_reference, row_slots
 from kernels.scute.reference import scute_linear_segments
+from kernels.scute.samples import TYPES, random_slots
 from kernels.scute.triton import scute_linear_triton
-from tests.kernels.test_scute_kernel import TYPES, random_slots
 
 
 @st.composite

@@ -13,28 +13,7 @@ import pytest
 import torch
 
 from kernels.scute.pool import SlotPool, pool_reference
-from kernels.scute.slots import AdapterSlots
-
-TYPES = ("lora", "dora", "vera", "oft", "ia3", "ia3_ff")
-
-
-def random_slots(kind: str, n_in: int, n_out: int, rank: int, block: int, g: torch.Generator) -> AdapterSlots:
-    def r(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=g)
-
-    if kind == "lora":
-        return AdapterSlots(lora_a=r(rank, n_in), lora_b=r(n_out, rank), out_scale=torch.full((n_out,), 0.5))
-    if kind == "dora":
-        s = 1 + 0.2 * r(n_out)
-        return AdapterSlots(scale=s, lora_a=r(rank, n_in), lora_b=r(n_out, rank), out_scale=0.5 * s)
-    if kind == "vera":
-        return AdapterSlots(lora_a=r(rank, n_in), lora_b=r(n_out, rank), mid_scale=r(rank), out_scale=r(n_out))
-    if kind == "oft":
-        q = 0.1 * r(n_in // block, block, block)
-        return AdapterSlots(blocks=torch.eye(block) + q - q.transpose(1, 2))
-    if kind == "ia3":
-        return AdapterSlots(scale=1 + 0.2 * r(n_out), shift=0.1 * r(n_out))
-    return AdapterSlots(blocks=(1 + 0.2 * r(n_in)).reshape(n_in, 1, 1))
+from kernels.scute.samples import TYPES, random_slots
 
 
 def test_the_triton_kernel_under_the_interpreter():
@@ -67,3 +46,15 @@ def test_block_sizes_that_do_not_divide_are_refused():
     g = torch.Generator().manual_seed(0)
     with pytest.raises(ValueError, match="block sizes"):
         SlotPool.stack([random_slots("oft", 24, 4, 1, 8, g), random_slots("oft", 24, 4, 1, 3, g)], 24, 4)
+
+
+def test_gpu_benchmark_script_runs_under_the_interpreter(tmp_path):
+    """``kernels/scute/gpu_bench.py`` (for a lent GPU) on tiny shapes on CPU:
+    it checks the kernel against the reference before timing anything."""
+    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, "-m", "kernels.scute.gpu_bench", "--tiny", "--rows", "7", "--iters", "1",
+                          "--out", str(tmp_path / "r.json")], cwd=Path(__file__).resolve().parents[2], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert {"mixed_s", "lora_s", "base_s", "mixed_vs_lora"} <= set(__import__("json").loads(
+        (tmp_path / "r.json").read_text()))
