@@ -1,6 +1,6 @@
 """Scute's decode cost, live: a batch mixing five adapter types vs as many LoRA adapters vs none.
 
-    python -m bench.scripts.adapters                 # ~20 min (2 cores); writes bench/results/adapters.md
+    python -m bench.scripts.adapters                 # ~10 min (2 cores); writes bench/results/adapters.md
     python -m bench.scripts.adapters --rounds 1 --tokens 8 --out /tmp/adapters.md   # a quick look
 
 Servers (CPU, ``model.dtype=float32``, one thread), each started once, with
@@ -124,9 +124,9 @@ def render(runs: dict[str, list[dict[str, float]]], args: argparse.Namespace, wa
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--requests", type=int, default=10)
-    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--tokens", type=int, default=64)
     add_output_args(ap, "adapters", "adapters")
     args = ap.parse_args()
     git_commit()
