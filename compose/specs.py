@@ -141,7 +141,12 @@ def build_policy(spec: PolicySpec) -> Any:
 
 def _validated_params(spec: PolicySpec, cls: type[Any]) -> dict[str, Any]:
     sig = inspect.signature(cls)
-    hints = typing.get_type_hints(cls.__init__) if cls.__init__ is not object.__init__ else {}
+    # NOTE: a dataclass's hints come from the class (each field in the module
+    # that declared it, inherited fields included), not from its generated __init__.
+    if dataclasses.is_dataclass(cls):
+        hints = typing.get_type_hints(cls)
+    else:
+        hints = typing.get_type_hints(cls.__init__) if cls.__init__ is not object.__init__ else {}
     out: dict[str, Any] = {}
     for name, value in spec.params.items():
         if name not in sig.parameters:

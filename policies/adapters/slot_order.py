@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from policies.adapters import AdapterSlotView, SlotEvictionDecision, SlotPoolView
@@ -31,3 +32,19 @@ def victim(view: SlotPoolView, order: str) -> SlotEvictionDecision:
         raise ValueError(f"unknown slot order {order!r}; choose one of {', '.join(ORDERS)}")
     best = min(range(len(view.candidates)), key=lambda i: key(view.candidates[i]))
     return SlotEvictionDecision(best)
+
+
+@dataclass(frozen=True)
+class SlotOrderPolicy:
+    """Evicts by one of ``ORDERS``; the options subclass it with their ``needs``."""
+
+    eviction: SlotOrder = "lru"
+    """Slot eviction order: ``lru`` (least recently used; SGLang's default),
+    ``fifo`` (first loaded), ``lfu`` (fewest uses since loaded)."""
+
+    def __post_init__(self) -> None:
+        if self.eviction not in ORDERS:
+            raise ValueError(f"eviction: unknown order {self.eviction!r}; choose one of {', '.join(ORDERS)}")
+
+    def choose_victim(self, view: SlotPoolView) -> SlotEvictionDecision:
+        return victim(view, self.eviction)
