@@ -18,6 +18,7 @@ per-session adapters: across sessions).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -42,15 +43,19 @@ class AdapterMix:
         if self.count < 1 or not 0.0 <= self.base_share < 1.0 or self.zipf_s < 0:
             raise ValueError(f"adapter mix needs count >= 1, 0 <= base_share < 1, zipf_s >= 0: {self}")
 
+    @functools.cached_property
+    def _weights(self) -> list[float]:
+        """Popularity weight of each rank (computed once, not per request)."""
+        return [1.0 / (k + 1) ** self.zipf_s for k in range(self.count)]
+
     def adapter_of(self, key: str) -> str | None:
         """The adapter of the session (or request) ``key``."""
         digest = hashlib.blake2b(f"{self.seed}:{key}".encode(), digest_size=16).digest()
         u_base = int.from_bytes(digest[:8], "big") / 2**64
         if u_base < self.base_share:
             return None
-        weights = [1.0 / (k + 1) ** self.zipf_s for k in range(self.count)]
-        u = int.from_bytes(digest[8:], "big") / 2**64 * sum(weights)
-        for k, w in enumerate(weights):
+        u = int.from_bytes(digest[8:], "big") / 2**64 * sum(self._weights)
+        for k, w in enumerate(self._weights):
             u -= w
             if u < 0:
                 return f"a{k}"

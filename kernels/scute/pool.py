@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -99,6 +100,32 @@ def row_slots(seg_lens: Sequence[int], seg_slot: Sequence[int], device: torch.de
                                    torch.tensor(list(seg_lens), dtype=torch.int64, device=device))
 
 
+class StackedSlots(Protocol):
+    """Slots stacked by slot index (``SlotPool``, or a server layer's pool)."""
+
+    scale: torch.Tensor
+    shift: torch.Tensor
+    lora_a: torch.Tensor
+    lora_b: torch.Tensor
+    mid_scale: torch.Tensor
+    out_scale: torch.Tensor
+
+
+def scaled_base(base: torch.Tensor, bias: torch.Tensor | None, pool: StackedSlots, slots: torch.Tensor
+                ) -> torch.Tensor:
+    """``s * base + b + t``, each row with its slot's ``s`` and ``t`` (``base``: ``(x T) W^T``)."""
+    y = base * pool.scale[slots]
+    if bias is not None:
+        y = y + bias
+    return y + pool.shift[slots]
+
+
+def gathered_low_rank(x: torch.Tensor, pool: StackedSlots, slots: torch.Tensor) -> torch.Tensor:
+    """``e * (((x A^T) * d) B^T)``, each row gathering its slot's factors."""
+    h = torch.einsum("ri,rki->rk", x, pool.lora_a[slots]) * pool.mid_scale[slots]
+    return torch.einsum("rk,rok->ro", h, pool.lora_b[slots]) * pool.out_scale[slots]
+
+
 def pool_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, pool: SlotPool,
                    slots: torch.Tensor) -> torch.Tensor:
     """The pooled computation in torch, row by row via gathers (``slots``: one per row)."""
@@ -107,10 +134,5 @@ def pool_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
         b = pool.blocks[slots]  # (N, n, K, K)
         n, k = b.shape[1], b.shape[2]
         xin = torch.einsum("rnk,rnkc->rnc", x.reshape(-1, n, k), b).reshape(x.shape)
-    y = torch.nn.functional.linear(xin, weight) * pool.scale[slots]
-    if bias is not None:
-        y = y + bias
-    y = y + pool.shift[slots]
-    h = torch.einsum("ri,rki->rk", x, pool.lora_a[slots]) * pool.mid_scale[slots]
-    z = torch.einsum("rk,rok->ro", h, pool.lora_b[slots]) * pool.out_scale[slots]
-    return y + z
+    y = scaled_base(torch.nn.functional.linear(xin, weight), bias, pool, slots)
+    return y + gathered_low_rank(x, pool, slots)

@@ -61,7 +61,7 @@ def setup(tmp_path_factory):
     fused, modules = fused_model(base_model())
     store = ScuteStore(max_rank=None)
     for name in MIXED:
-        store.add(f"id-{name}", store.convert(f"id-{name}", name, str(folder / name), fused))
+        store.add(f"id-{name}", store.convert(name, str(folder / name), fused))
     store.build_pools(modules, num_slots=len(MIXED) + 2)
     for slot, name in enumerate(MIXED, start=1):
         store.fill(slot, f"id-{name}")
@@ -143,5 +143,5 @@ def test_an_adapter_past_the_slots_rank_is_refused_before_loading(setup, tmp_pat
     finally:
         del peft_models.CONFIGS["wide"]
     with pytest.raises(UnsupportedAdapter, match="exceeds the slots' rank"):
-        store.convert("id-wide", "wide", str(tmp_path / "wide"), fused)
+        store.convert("wide", str(tmp_path / "wide"), fused)
     assert "id-wide" not in store.adapters and CONFIGS.keys() >= set(MIXED)

@@ -101,8 +101,7 @@ def load_converted(original: Any, manager: Any, lora_ref: Any) -> Any:
 
     store = store_of(manager.base_model)
     try:
-        adapter = store.convert(lora_ref.lora_id, lora_ref.lora_name, lora_ref.lora_path,
-                                        manager.base_model)
+        adapter = store.convert(lora_ref.lora_name, lora_ref.lora_path, manager.base_model)
         config, tensors = sglang_shaped(adapter, manager.base_model)
     except (UnsupportedAdapter, OSError, ValueError) as exc:
         log.warning("Scute refused adapter %s: %s", lora_ref.lora_name, exc)

@@ -15,11 +15,13 @@ transform), which leaves the base layer's output exactly as it is.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import accumulate
 
 import torch
 import torch.nn.functional as F
 
 from kernels.scute.peft import UnsupportedAdapter
+from kernels.scute.pool import gathered_low_rank, row_slots, scaled_base
 from kernels.scute.reference import transform_input
 from kernels.scute.slots import AdapterSlots
 
@@ -46,7 +48,7 @@ class LayerPool:
         self.shift = torch.zeros(num_slots, lo, **kw)
         self.lora_a = torch.zeros(num_slots, rank, in_features, **kw)
         self.lora_b = torch.zeros(num_slots, lo, rank, **kw)
-        self.mid = torch.ones(num_slots, rank, **kw)
+        self.mid_scale = torch.ones(num_slots, rank, **kw)
         self.out_scale = torch.ones(num_slots, lo, **kw)
         self.blocks: list[list[torch.Tensor | None]] = [[None] * len(self.bounds) for _ in range(num_slots)]
         self.active = [False] * num_slots
@@ -68,7 +70,7 @@ class LayerPool:
         self.shift[slot] = 0.0
         self.lora_a[slot] = 0.0
         self.lora_b[slot] = 0.0
-        self.mid[slot] = 1.0
+        self.mid_scale[slot] = 1.0
         self.out_scale[slot] = 1.0
         self.blocks[slot] = [None] * len(self.bounds)
         self.active[slot] = False
@@ -91,7 +93,7 @@ class LayerPool:
                 self.lora_a[slot, r0:r0 + r] = part.lora_a
                 self.lora_b[slot, lo:hi, r0:r0 + r] = part.lora_b
                 if part.mid_scale is not None:
-                    self.mid[slot, r0:r0 + r] = part.mid_scale
+                    self.mid_scale[slot, r0:r0 + r] = part.mid_scale
                 if part.out_scale is not None:
                     self.out_scale[slot, lo:hi] = part.out_scale
                 r0 += r
@@ -103,9 +105,7 @@ class LayerPool:
         """``s * ((x T) W^T) + b + t + e * (((x A^T) * d) B^T)``, each segment of
         rows with its own slot's values (``kernels.scute.reference`` per row)."""
         y = F.linear(x, weight)
-        starts = [0]
-        for n in seg_lens:
-            starts.append(starts[-1] + n)
+        starts = list(accumulate(seg_lens, initial=0))
         # NOTE: rows with an input transform redo their slices' product on x T;
         # the shared GEMM above covers every other row.
         for i, slot in enumerate(seg_slots):
@@ -115,18 +115,13 @@ class LayerPool:
             for (lo, hi), blocks in zip(self.bounds, self.blocks[slot], strict=True):
                 if blocks is not None:
                     y[lo_r:hi_r, lo:hi] = F.linear(transform_input(x[lo_r:hi_r], blocks), weight[lo:hi])
-        slots = torch.repeat_interleave(torch.as_tensor(list(seg_slots), device=x.device),
-                                        torch.as_tensor(list(seg_lens), device=x.device))
-        y = y * self.scale[slots]
-        if bias is not None:
-            y = y + bias
-        y = y + self.shift[slots]
+        slots = row_slots(seg_lens, seg_slots, x.device)
+        y = scaled_base(y, bias, self, slots)
         if x.shape[0] <= GATHER_MAX_ROWS_PER_SEGMENT * len(seg_lens):
-            h = torch.einsum("ri,rki->rk", x, self.lora_a[slots]) * self.mid[slots]
-            return y + torch.einsum("rk,rok->ro", h, self.lora_b[slots]) * self.out_scale[slots]
+            return y + gathered_low_rank(x, self, slots)
         for i, slot in enumerate(seg_slots):
             lo_r, hi_r = starts[i], starts[i + 1]
             if hi_r > lo_r and self.active[slot]:
-                h = F.linear(x[lo_r:hi_r], self.lora_a[slot]) * self.mid[slot]
+                h = F.linear(x[lo_r:hi_r], self.lora_a[slot]) * self.mid_scale[slot]
                 y[lo_r:hi_r] += F.linear(h, self.lora_b[slot]) * self.out_scale[slot]
         return y

@@ -46,6 +46,12 @@ def slice_sizes(layer: torch.nn.Module) -> list[int]:
     return [int(layer.weight.shape[0])]
 
 
+def dense_weight(layer: torch.nn.Module) -> torch.Tensor | None:
+    """The layer's (out, in) weight, or ``None`` when it has none (quantized, not linear)."""
+    weight = getattr(layer, "weight", None)
+    return weight if isinstance(weight, torch.Tensor) and weight.dim() == 2 else None
+
+
 def base_linear(model: torch.nn.Module) -> BaseLinear:
     """HF module path -> that projection's base weight and bias, sliced out of
     SGLang's fused layers."""
@@ -57,8 +63,8 @@ def base_linear(model: torch.nn.Module) -> BaseLinear:
         except AttributeError:
             raise UnsupportedAdapter(f"the adapter targets {path}, which is not a linear layer of "
                                      "this model that Scute can adapt") from None
-        weight = getattr(layer, "weight", None)
-        if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        weight = dense_weight(layer)
+        if weight is None:
             raise UnsupportedAdapter(f"{path}: the base layer has no dense weight (quantized or not linear)")
         sizes = slice_sizes(layer)
         lo = sum(sizes[:index])
@@ -100,22 +106,27 @@ class ScuteStore:
         """``id`` of the LoRA-wrapped SGLang layer -> its pool."""
         self._by_name: dict[str, LayerPool] = {}
 
-    def convert(self, lora_id: str, name: str, path: str, model: torch.nn.Module) -> ScuteAdapter:
+    def convert(self, name: str, path: str, model: torch.nn.Module) -> ScuteAdapter:
         """Read and convert the PEFT adapter at ``path``; raise ``UnsupportedAdapter``
         (naming why) before SGLang allocates anything."""
         adapter = read_peft(path, base_linear(model), name=name)
-        for pool in self._by_name.values():
-            pool.check(self._parts(adapter, pool.name))
         if self._by_name:
-            missing = sorted(set(adapter.slots) - set(self._module_paths()))
-            if missing:
-                raise UnsupportedAdapter(f"{name}: touches layers the server did not wrap at startup "
-                                         f"({', '.join(missing[:3])}...); widen adapters.target_modules")
+            self._check(adapter)
         return adapter
 
-    def _module_paths(self) -> list[str]:
-        return [f"{n.rpartition('.')[0]}.{leaf}" for n in self._by_name
-                for leaf in SLICES.get(n.rpartition(".")[2], (n.rpartition(".")[2],))]
+    def _check(self, adapter: ScuteAdapter) -> None:
+        """Raise ``UnsupportedAdapter`` if ``adapter`` does not fit the pools:
+        a rank past theirs, or a layer SGLang did not wrap."""
+        covered: set[str] = set()
+        for pool in self._by_name.values():
+            parts = self._parts(adapter, pool.name)
+            pool.check(parts)
+            parent, _, fused = pool.name.rpartition(".")
+            covered.update(f"{parent}.{leaf}" for leaf in SLICES.get(fused, (fused,)))
+        missing = sorted(set(adapter.slots) - covered)
+        if missing:
+            raise UnsupportedAdapter(f"{adapter.name}: touches layers the server did not wrap at startup "
+                                     f"({', '.join(missing[:3])}...); widen adapters.target_modules")
 
     def add(self, lora_id: str, adapter: ScuteAdapter) -> None:
         self.adapters[lora_id] = adapter
@@ -135,16 +146,15 @@ class ScuteStore:
         for layer_modules in lora_modules:
             for name, wrapper in layer_modules.items():
                 base = unwrap(wrapper)
-                weight = getattr(base, "weight", None)
-                if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+                weight = dense_weight(base)
+                if weight is None:
                     raise RuntimeError(f"Scute: {name} has no dense weight (quantized models are not served)")
                 pool = LayerPool(name, slice_sizes(base), int(weight.shape[1]), num_slots, self.max_rank,
                                  weight.dtype, weight.device)
                 self.pools[id(wrapper)] = pool
                 self._by_name[name] = pool
         for adapter in self.adapters.values():  # NOTE: startup adapters, checked now the pools exist
-            for pool in self._by_name.values():
-                pool.check(self._parts(adapter, pool.name))
+            self._check(adapter)
         log.info("Scute: %d layer pools, %d slots, rank %d per slice", len(self.pools), num_slots, self.max_rank)
 
     def fill(self, buffer_id: int, lora_id: str | None) -> None:
