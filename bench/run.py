@@ -13,11 +13,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from bench.config import BenchSettings
-from bench.metrics import RequestRecord, Slo, Timeline, summarize, windows
+from bench.metrics import RequestRecord, Slo, Timeline, hit_rate, summarize, windows
 from bench.report import write_results
 from bench.sim import CostModel, SimSettings, TimelineSampler, build_simulator, records_of
 from bench.sim.adapters import AdapterMix, AdapterSlotTable
+from bench.sim.cluster import Cluster, ClusterSampler
 from bench.sim.overlap import IterationLog, client_visible
 from bench.traces import Trace, load_trace
 from bench.traces.shape import Shape, ShapedTrace, ShapeError, shape_trace
@@ -77,7 +80,11 @@ def prepare_trace(settings: BenchSettings, sim_settings: SimSettings) -> tuple[T
 
 def run_bench(settings: BenchSettings, out_dir: Path | None = None,
               progress: bool | None = None) -> dict[str, Any]:
-    """Replay ``settings.trace`` and return (and, with ``out_dir``, write) the results."""
+    """Replay ``settings.trace`` and return (and, with ``out_dir``, write) the results.
+
+    Behind ``+router`` the result also holds the ``bench.sim.cluster.Cluster``
+    (``result["cluster"]``: routing calls, replica of every request), which
+    is not written; ``replicas.csv`` in ``out_dir`` has each request's replica."""
     t0 = time.perf_counter()
     cost = CostModel(settings.accelerator, settings.model_profile)
     sim_settings = SimSettings.resolve(settings.sim, settings.accelerator, settings.model_profile, cost,
@@ -100,6 +107,7 @@ def run_bench(settings: BenchSettings, out_dir: Path | None = None,
     else:
         records, timeline, mode_meta = _simulate(settings, trace, cost, sim_settings, show)
     replay_s = time.perf_counter() - t1
+    cluster = mode_meta.pop("cluster", None)
 
     slo = Slo(settings.metrics.ttft_slo_s, settings.metrics.tpot_slo_s)
     result = {
@@ -121,6 +129,12 @@ def run_bench(settings: BenchSettings, out_dir: Path | None = None,
     }
     if out_dir is not None:
         write_results(out_dir, result, records, timeline, settings.output)
+        if cluster is not None and settings.output.requests_csv:
+            # NOTE: the replica column of requests.csv, kept apart (``RequestRecord`` has none)
+            (out_dir / "replicas.csv").write_text(
+                "rid,replica\n" + "".join(f"{rid},{i}\n" for rid, i in cluster.assignment.items()))
+    if cluster is not None:
+        result["cluster"] = cluster  # NOTE: for callers (bench/scripts/router.py); never written
         log.info("bench: results in %s", out_dir)
     return result
 
@@ -143,6 +157,8 @@ def _simulate(settings: BenchSettings, trace: Trace, cost: CostModel, sim_settin
               show: bool) -> tuple[list[RequestRecord], Timeline, dict[str, Any]]:
     log.info("bench: KV pool %d tokens, %d request slots", sim_settings.capacity,
              sim_settings.max_running_requests)
+    if "router" in settings.policies or settings.sim.replicas != 1:
+        return _simulate_cluster(settings, trace, cost, sim_settings, show)
     sync = settings.accelerator.synchronous_forward
     iterations = IterationLog(cost) if sync else None
     slots, mix = adapter_slots(settings)
@@ -177,6 +193,59 @@ def _simulate(settings: BenchSettings, trace: Trace, cost: CostModel, sim_settin
         # NOTE: SGLang's own accounting, comparable with a live run's (bench.counters).
         meta["engine_counters"] = iterations.engine_counters().to_dict()
     return records, sampler.timeline(sim_settings.capacity), meta
+
+
+def _simulate_cluster(settings: BenchSettings, trace: Trace, cost: CostModel, sim_settings: SimSettings,
+                      show: bool) -> tuple[list[RequestRecord], Timeline, dict[str, Any]]:
+    """``sim.replicas`` simulators behind ``+router`` (``bench/sim/cluster.py``);
+    each replica builds its own policy objects (they keep per-server state)."""
+    n = settings.sim.replicas
+    if n < 1:
+        raise ConfigError(f"sim.replicas must be >= 1, got {n}")
+    if "router" not in settings.policies:
+        raise ConfigError(f"sim.replicas={n} needs +router=<option> (the gateway's routing policy)")
+    if settings.sim.adapters_count or "adapters" in settings.policies:
+        raise ConfigError("+adapters is not simulated behind +router yet")
+    sync = settings.accelerator.synchronous_forward
+    logs = [IterationLog(cost) if sync else None for _ in range(n)]
+    sims = [build_simulator(trace, it if it is not None else cost, sim_settings,
+                            order=settings.build("policy"), eviction=settings.build("cache"),
+                            admission=settings.build("admission")) for it in logs]
+    cluster = Cluster(trace, sims, settings.build("router"), seed=settings.sim.router_seed,
+                      key=settings.sim.routing_key)
+    sampler = ClusterSampler(cluster, settings.metrics.timeline_dt_s)
+    bar = _Progress(len(trace.requests), show, desc=f"{trace.name} x{n}")
+    for sim, it in zip(sims, logs, strict=True):
+        sim.on_sample, sim.on_final = sampler, bar
+        if it is not None:
+            it.clock = (lambda s: lambda: s.now)(sim)
+    try:
+        cluster.run()
+    finally:
+        bar.close()
+    per_replica = []
+    for sim, it in zip(sims, logs, strict=True):
+        recs = records_of(sim)
+        per_replica.append(client_visible(recs, it) if it is not None else recs)
+    records = cluster.merged(per_replica)
+    rows = np.array(sampler.rows, dtype=np.float64).reshape(-1, 5)
+    timeline = Timeline(t=rows[:, 0].copy(), waiting=rows[:, 1].astype(int), running=rows[:, 2].astype(int),
+                        kv_used=rows[:, 3].astype(np.int64), kv_cached=rows[:, 4].astype(np.int64),
+                        capacity=n * sim_settings.capacity)
+    meta = {
+        "sim": asdict(sim_settings), "replicas": n, "routing_key": settings.sim.routing_key.value,
+        "router_branches": dict(cluster.branches), "cluster": cluster,
+        "per_replica": [{
+            "url": url, "requests": len(recs), "prefix_hit_rate": hit_rate(recs),
+            "iterations": sim.num_iterations, "simulated_s": sim.now,
+            "evicted_tokens": sim.cache.num_evicted_tokens,
+        } for url, sim, recs in zip(cluster.urls, sims, per_replica, strict=True)],
+        "iterations": sum(s.num_iterations for s in sims), "simulated_s": max(s.now for s in sims),
+        "evicted_tokens": sum(s.cache.num_evicted_tokens for s in sims),
+        "token_times": "as clients see them (synchronous forward: one iteration late)" if sync
+        else "iteration ends",
+    }
+    return records, timeline, meta
 
 
 def _live(settings: BenchSettings, trace: Trace,

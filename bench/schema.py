@@ -42,6 +42,15 @@ class TouchMode(enum.Enum):
     """Never (only admission and insertion refresh recency)."""
 
 
+class RoutingKey(enum.Enum):
+    """What a simulated client sends as SMG's ``x-smg-routing-key`` header."""
+
+    none = "none"
+    """No header."""
+    session = "session"
+    """The request's session id (its own id when the trace has no sessions)."""
+
+
 @dataclass
 class SurgeConfig:
     """Multiply the arrival rate of new requests/sessions during a window."""
@@ -263,6 +272,15 @@ class SimConfig:
     """Time to load one adapter into a batch slot, serial with the forward pass
     that needs it (a rank-16 all-linear adapter of a 7B model is ~40 MB: about
     1 ms over PCIe 5.0; the default leaves room for the copy's setup)."""
+    replicas: int = 1
+    """SGLang servers behind SMG, the gateway, which routes each arriving
+    request with ``+router=<option>`` (``bench/sim/cluster.py``); each replica
+    has every setting above. 1 without ``+router``: one server, no gateway."""
+    routing_key: RoutingKey = RoutingKey.none
+    """What clients send as ``x-smg-routing-key`` (``consistent_hashing`` and
+    ``prefix_hash`` route on it): nothing, or the session id."""
+    router_seed: int = 0
+    """Seed of the gateway's random draws (ties, misses, ``random``)."""
 
 
 class LiveApi(enum.Enum):

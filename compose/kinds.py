@@ -14,7 +14,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from compose.schema import AdaptersHostConfig, CacheHostConfig
+from compose.schema import AdaptersHostConfig, CacheHostConfig, RouterHostConfig
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("cache", "cache", "EvictionPolicy", "EvictionNeeds", host_settings=CacheHostConfig),
     Kind("admission", "admission", "AdmissionPolicy", "AdmissionNeeds"),
     Kind("adapters", "adapters", "AdaptersPolicy", "AdaptersNeeds", host_settings=AdaptersHostConfig),
+    Kind("router", "router", "RouterPolicy", "RouterNeeds", host_settings=RouterHostConfig),
 )
 
 #: Kinds by config group.

@@ -136,6 +136,79 @@ class AdaptersHostConfig:
             raise ValueError(f"max_rank: must be >= 1, got {self.max_rank}")
 
 
+class Discovery(enum.Enum):
+    """How the gateway finds its workers."""
+
+    none = "none"
+    """This command starts the workers itself (``cluster.replicas`` of them)."""
+    kubernetes = "kubernetes"
+    """This command starts only the gateway; it finds worker pods by label."""
+
+
+@dataclass
+class ClusterConfig:
+    """Replicas behind SGLang's gateway (``+router=`` chooses its policy).
+
+    Without ``+router=`` this section must stay at its defaults: one SGLang
+    server, no gateway."""
+
+    replicas: int = 1
+    """SGLang workers this command starts, each with the composed policies;
+    more than one needs ``+router=``."""
+    worker_port: int | None = None
+    """Port of the first worker (the next ones count up); null: ``server.port + 1``.
+    With ``discovery=kubernetes``, the port every worker pod listens on."""
+    discovery: Discovery = Discovery.none
+    """``kubernetes``: start only the gateway and let it discover worker pods."""
+    selector: str = "app=switchboard-worker"
+    """Label selector of the worker pods, for ``discovery=kubernetes``: equality
+    terms ``key=value`` joined by commas, as ``kubectl get -l`` takes them."""
+    namespace: str | None = None
+    """Namespace the worker pods are in; null: every namespace the gateway may watch."""
+    max_restarts: int = 3
+    """A worker that dies is restarted (same port) at most this many times in
+    all; the next death stops the whole unit with an error."""
+
+
+@dataclass(frozen=True)
+class RouterHostConfig:
+    """Host settings under ``router.*``: the gateway's deployment, not its policy.
+
+    NOTE: the server reads them from ``PolicySpec.host``, never from the policy."""
+
+    prometheus_port: int | None = None
+    """Port of the gateway's Prometheus metrics; null: ``server.port + 1000``."""
+    health_check_port: int | None = None
+    """Extra listener serving only ``/health``, ``/liveness`` and
+    ``/readiness`` (Kubernetes probes); null: probes use ``server.port``."""
+    health_check_interval_secs: int = 10
+    """Seconds between the gateway's health checks of each worker."""
+    health_check_timeout_secs: int = 25
+    """Seconds the gateway waits for a worker's ``/health``. NOTE: above
+    SGLang's own 20 s (``SGLANG_HEALTH_CHECK_TIMEOUT``): SGLang's ``/health``
+    runs a one-token generation and answers 503 itself when its scheduler makes
+    no progress for 20 s, so the gateway takes SGLang's verdict instead of
+    failing a busy worker (SMG's own 5 s did, on a loaded CPU worker)."""
+    max_retries: int = 5
+    """Attempts the gateway makes on another worker when one fails (SMG's
+    ``--retry-max-retries``); each attempt re-runs the policy."""
+    request_timeout_secs: int = 1800
+    """The gateway's per-request timeout."""
+
+    def __post_init__(self) -> None:
+        for name in ("prometheus_port", "health_check_port"):
+            port = getattr(self, name)
+            if port is not None and not 1 <= port <= 65535:
+                raise ValueError(f"{name}: must be a port in 1..65535, got {port}")
+        for name in ("health_check_interval_secs", "health_check_timeout_secs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries: must be >= 0, got {self.max_retries}")
+        if self.request_timeout_secs < 1:
+            raise ValueError(f"request_timeout_secs: must be >= 1, got {self.request_timeout_secs}")
+
+
 #: Keys that moved, with their new place and why (a clear error, never ignored).
 MOVED_KEYS: dict[str, tuple[str, str]] = {
     "cache.host_bandwidth_gbs": ("sim.host_bandwidth_gbs",
@@ -157,5 +230,6 @@ def register_schemas() -> None:
     cs = ConfigStore.instance()
     cs.store(group="_schema", name="model", node=ModelConfig)
     cs.store(group="_schema", name="server", node=ServerConfig)
+    cs.store(group="_schema", name="cluster", node=ClusterConfig)
     # NOTE: struct off so `sglang.<any ServerArgs field>=v` works without `+`.
     cs.store(group="_schema", name="sglang", node=OmegaConf.create({}, flags={"struct": False}))

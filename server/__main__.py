@@ -33,9 +33,10 @@ def _fail(message: str) -> None:
 
 
 def run(cfg: DictConfig) -> int:
-    """Resolve ``cfg``, materialize the model, and supervise SGLang."""
+    """Resolve ``cfg``, materialize the model, and supervise SGLang (and the gateway)."""
     from compose.model import ModelCacheError, ensure_default_model
     from compose.schema import ModelSource
+    from server.cluster.plan import resolve_cluster
     from server.resolve import describe, resolve
     from server.supervisor import supervise
 
@@ -46,8 +47,12 @@ def run(cfg: DictConfig) -> int:
     try:
         plan = resolve(cfg)
         validate(plan)  # NOTE: SGLang's own parser checks sglang.* before any model work
+        cluster = resolve_cluster(cfg, plan)
     except ConfigError as exc:
         _fail(str(exc))
+    if cluster is not None and not cluster.workers:
+        log.info("gateway only (workers discovered): %s", " ".join(cluster.gateway.argv[1:]))
+        return supervise(plan, cluster)
     if plan.model_path is None:
         try:
             path = ensure_default_model(ModelSource(**plan.default_model))
@@ -55,10 +60,15 @@ def run(cfg: DictConfig) -> int:
             print(f"switchboard: model error: {exc}", file=sys.stderr)
             return 1
         plan = plan.with_model_path(str(path))
+        if cluster is not None:
+            cluster = cluster.with_model_path(str(path))
     log.info("device=%s model=%s", plan.device, plan.model_path)
     for line in describe(plan):
         log.info("%s", line)
-    return supervise(plan)
+    if cluster is not None:
+        log.info("cluster: %d workers on ports %s behind %s", len(cluster.workers),
+                 ", ".join(str(w.sglang["port"]) for w in cluster.workers), cluster.gateway.url)
+    return supervise(plan, cluster)
 
 
 def _exit_now(code: int) -> NoReturn:

@@ -10,6 +10,7 @@ module                    mirrors (SGLang 0.5.23)
 ``running.RunningBatch``  ``ScheduleBatch`` decode + ``retract_decode`` order
 ``cache.PrefixCache``     ``RadixCache`` (match, insert, lock, evict)
 ``cost.CostModel``        the GPU (roofline per forward pass)
+``cluster.Cluster``       SMG, the gateway, in front of N replicas (``+router``)
 ========================= =====================================================
 """
 
@@ -42,6 +43,7 @@ BINDINGS: dict[str, str] = {
     "cache": "bench.sim.cache:PrefixCache",
     "admission": "bench.sim.admission:AdmissionGate",
     "adapters": "bench.sim.adapters:AdapterSlotTable",
+    "router": "bench.sim.cluster:Cluster",
 }
 
 __all__ = ["BINDINGS", "CostModel", "SimSettings", "Simulator", "SimulationError", "TimelineSampler",

@@ -32,7 +32,7 @@ admission, prefilled again).
 ``NOTE`` (checked by ``check``): ``cache.tree_tokens + private_tokens <=
 capacity`` at all times, and ``private_tokens`` is the sum over requests.
 
-NOTE (size): ~420 lines, kept whole on purpose. This is SGLang's event loop:
+NOTE (size): ~475 lines, kept whole on purpose. This is SGLang's event loop:
 one iteration reads and writes the same few fields (``now``, the pool's
 ``private_tokens``, ``queue``, ``running``, ``chunked``, ``batch_is_full``,
 ``new_token_ratio``) in every phase, and the pool invariant above spans them
@@ -443,23 +443,33 @@ class Simulator:
 
     def run(self) -> None:
         """Replay the whole trace."""
-        while True:
-            for at, tr in self.arrivals.until(self.now):
-                r = SimRequest(tr, at)
-                if self.s.length_signal is not None:
-                    r.features = self.s.length_signal.features(r.rid, r.output_len)
-                self._arrive(r)
-                self._last_activity = self.now
-            adder = self._prefill_pass()
-            if adder is not None:
-                self._run_prefill(adder)
-            elif self.running:
-                self._run_decode()
-            else:
-                if not self._idle():
-                    break
-                continue
+        while self.step():
+            pass
+
+    def step(self) -> bool:
+        """One loop iteration (a forward pass, or an idle jump); ``False`` when
+        the replay is over. NOTE: ``bench.sim.cluster`` steps replicas one
+        iteration at a time, in time order."""
+        for at, tr in self.arrivals.until(self.now):
+            r = SimRequest(tr, at)
+            if self.s.length_signal is not None:
+                r.features = self.s.length_signal.features(r.rid, r.output_len)
+            self._arrive(r)
             self._last_activity = self.now
-            self.num_iterations += 1
-            if self.on_sample is not None:
-                self.on_sample(self)
+        adder = self._prefill_pass()
+        if adder is not None:
+            self._run_prefill(adder)
+        elif self.running:
+            self._run_decode()
+        else:
+            return self._idle()
+        self._last_activity = self.now
+        self.num_iterations += 1
+        if self.on_sample is not None:
+            self.on_sample(self)
+        return True
+
+    @property
+    def has_work(self) -> bool:
+        """Something waits, runs or is mid-prefill (an idle replica has none)."""
+        return bool(self.queue) or bool(self.running) or self.chunked is not None
