@@ -37,3 +37,21 @@ lock: $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+# deploy/: `deploy-check` renders, validates and lints offline (also part of `make test`);
+# `image-test` builds the CPU image with podman (installs podman & co. via apt when missing,
+# root), serves from it, sends a chat completion and stops it (deploy/image_test.py).
+# `image-build` only builds; `image-clean` deletes the images and their layer cache.
+.PHONY: deploy-check image-test image-build image-clean
+
+deploy-check: $(STAMP)
+	$(PY) -m pytest tests/deploy $(ARGS)
+
+image-test: $(STAMP)
+	$(PY) deploy/image_test.py
+
+image-build: $(STAMP)
+	$(PY) deploy/image_test.py --build-only
+
+image-clean: $(STAMP)
+	$(PY) deploy/image_test.py --clean
