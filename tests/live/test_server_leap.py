@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from bench.leap.prompts import TOPICS
+from bench.live.chat import loads, wait_for
 from policies.predictors.rls import RlsLengthHead
 
 pytestmark = pytest.mark.server
@@ -102,8 +103,12 @@ def test_features_are_hf_mean_prompt_embedding_and_the_head_learns_online(server
 
 
 def serve_burst(base_url: str) -> tuple[list[str], float, float]:
-    """A long blocker, then the burst queued behind it 0.1 s apart; returns the burst's
-    prompts in completion order, when the last one was sent and when the blocker finished."""
+    """A long blocker, then the burst queued behind it one by one; returns the burst's
+    prompts in completion order, when the last one was sent and when the blocker finished.
+
+    NOTE: each prompt is sent once the previous one is in SGLang's waiting queue
+    (server state, not a sleep): client threads 0.1 s apart swapped places on a
+    loaded machine, so the arrival order the FCFS check relies on was not known."""
     done: list[tuple[float, str]] = []
     lock = threading.Lock()
     blocker_end: list[float] = []
@@ -119,11 +124,11 @@ def serve_burst(base_url: str) -> tuple[list[str], float, float]:
 
     threads = [threading.Thread(target=blocker)]
     threads[0].start()
-    time.sleep(0.5)
-    for text in burst_prompts():
+    wait_for(lambda: loads(base_url)["num_running_reqs"] == 1, what="blocker running")
+    for i, text in enumerate(burst_prompts(), start=1):
         threads.append(threading.Thread(target=one, args=(text,)))
         threads[-1].start()
-        time.sleep(0.1)
+        wait_for(lambda i=i: bool(blocker_end) or loads(base_url)["num_waiting_reqs"] == i, what=f"prompt {i} queued")
     last_sent = time.monotonic()
     for t in threads:
         t.join()
