@@ -25,6 +25,9 @@ from policies.router import RouterNeeds
 PROMETHEUS_OFFSET = 1000
 
 
+#: The gateway's command; its arguments follow.
+SMG_LAUNCH = (sys.executable, "-m", "smg", "launch")
+
 #: The model name that clients may always use (SGLang's own default name).
 DEFAULT_ALIAS = "default"
 
@@ -61,7 +64,7 @@ def gateway_plan(needs: RouterNeeds, settings: RouterHostConfig, *, host: str, p
                  grace_s: float, model_name: str, worker_urls: Sequence[str] = (),
                  discovery: ClusterConfig | None = None) -> GatewayPlan:
     """The SMG command for a routing policy's ``needs`` and the deployment's settings."""
-    argv = [sys.executable, "-m", "smg", "launch",
+    argv = [*SMG_LAUNCH,
             "--host", host, "--port", str(port),
             "--policy", needs.gateway_policy]
     for flag, value in needs.gateway_flags:
@@ -91,7 +94,7 @@ def gateway_plan(needs: RouterNeeds, settings: RouterHostConfig, *, host: str, p
              "--model-alias", f"{DEFAULT_ALIAS}={model_name}"]
     if settings.health_check_port is not None:
         argv += ["--health-check-port", str(settings.health_check_port)]
-    check_with_smg(argv[4:])
+    check_with_smg(argv[len(SMG_LAUNCH):])
     return GatewayPlan(tuple(argv), f"http://{_client_host(host)}:{port}", tuple(worker_urls), grace_s)
 
 

@@ -7,7 +7,9 @@ any process starts or any model is built.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf
@@ -74,11 +76,13 @@ def _ports(cluster: ClusterConfig, gateway_port: int) -> list[int]:
     return ports
 
 
-def cpu_sets(replicas: int, cores: int) -> tuple[tuple[int, ...], ...]:
-    """Split ``cores`` CPUs among ``replicas`` workers: disjoint equal shares
-    while there are enough, else round-robin single cores (shared)."""
-    share = max(1, cores // replicas)
-    return tuple(tuple((i * share + j) % cores for j in range(share)) for i in range(replicas))
+def cpu_sets(replicas: int, cpus: Iterable[int]) -> tuple[tuple[int, ...], ...]:
+    """Split the CPUs ``cpus`` (ids, e.g. this process's affinity) among
+    ``replicas`` workers: disjoint equal shares while there are enough, else
+    round-robin single CPUs (shared)."""
+    ids = sorted(cpus)
+    share = max(1, len(ids) // replicas)
+    return tuple(tuple(ids[(i * share + j) % len(ids)] for j in range(share)) for i in range(replicas))
 
 
 def resolve_cluster(cfg: DictConfig, plan: LaunchPlan) -> ClusterPlan | None:
@@ -88,26 +92,21 @@ def resolve_cluster(cfg: DictConfig, plan: LaunchPlan) -> ClusterPlan | None:
     _check(cluster, spec is not None)
     if spec is None:
         return None
-    policy = build_policy(spec)
-    host = str(cfg.server.host)
     port = int(cfg.server.port)
+    gateway = functools.partial(gateway_plan, build_policy(spec).needs, spec.host_settings(),
+                                host=str(cfg.server.host), port=port, log_level=str(cfg.server.log_level),
+                                grace_s=plan.shutdown_grace_s, model_name=str(cfg.model.name))
     if cluster.discovery is Discovery.kubernetes:
-        gateway = gateway_plan(policy.needs, spec.host_settings(), host=host, port=port,
-                               log_level=str(cfg.server.log_level), grace_s=plan.shutdown_grace_s,
-                               model_name=str(cfg.model.name),
-                               discovery=cluster)
-        return ClusterPlan(gateway, (), (), cluster.max_restarts)
+        return ClusterPlan(gateway(discovery=cluster), (), (), cluster.max_restarts)
     ports = _ports(cluster, port)
     workers: list[LaunchPlan] = []
     sets: tuple[tuple[int, ...], ...] = ()
     if plan.device == "cpu":
-        sets = cpu_sets(cluster.replicas, len(os.sched_getaffinity(0)))
+        sets = cpu_sets(cluster.replicas, os.sched_getaffinity(0))
     for i, p in enumerate(ports):
         # NOTE: workers listen on loopback only; clients reach them through the gateway.
         threads = len(sets[i]) if sets else plan.cpu_threads
         workers.append(dataclasses.replace(plan, sglang=dict(plan.sglang, host="127.0.0.1", port=p),
                                            cpu_threads=threads))
-    gateway = gateway_plan(policy.needs, spec.host_settings(), host=host, port=port,
-                           log_level=str(cfg.server.log_level), grace_s=plan.shutdown_grace_s,
-                           model_name=str(cfg.model.name), worker_urls=[f"http://127.0.0.1:{p}" for p in ports])
-    return ClusterPlan(gateway, tuple(workers), sets, cluster.max_restarts)
+    return ClusterPlan(gateway(worker_urls=[f"http://127.0.0.1:{p}" for p in ports]), tuple(workers), sets,
+                       cluster.max_restarts)

@@ -8,7 +8,7 @@ import pytest
 
 from compose.config import ConfigError, compose, group_options
 from compose.specs import build_policy, specs_from_config
-from server.cluster.gateway import check_with_smg
+from server.cluster.gateway import SMG_LAUNCH, check_with_smg
 from server.cluster.plan import cpu_sets, resolve_cluster
 from server.resolve import resolve
 from tests.config.test_config import run_cli
@@ -66,7 +66,7 @@ def test_every_option_and_setting_passes_smgs_own_parser():
     for option in group_options("router"):
         argv = cluster_of(f"+router={option}", "cluster.replicas=2", "router.health_check_port=31500",
                           "router.prometheus_port=31600").gateway.argv
-        check_with_smg(argv[4:])  # raises ConfigError if SMG refuses a flag or value
+        check_with_smg(argv[len(SMG_LAUNCH):])  # raises ConfigError if SMG refuses a flag or value
     with pytest.raises(ConfigError, match="invalid choice"):
         check_with_smg(["--policy", "nope"])
 
@@ -83,10 +83,11 @@ def test_kubernetes_discovery_starts_only_the_gateway():
 
 
 def test_cpu_shares_are_disjoint_while_cores_last():
-    assert cpu_sets(2, 2) == ((0,), (1,))
-    assert cpu_sets(2, 16) == (tuple(range(8)), tuple(range(8, 16)))
-    assert cpu_sets(3, 2) == ((0,), (1,), (0,))  # more workers than cores: shared single cores
-    assert all(len(s) == 1 for s in cpu_sets(8, 2))
+    assert cpu_sets(2, {0, 1}) == ((0,), (1,))
+    assert cpu_sets(2, range(16)) == (tuple(range(8)), tuple(range(8, 16)))
+    assert cpu_sets(3, {0, 1}) == ((0,), (1,), (0,))  # more workers than cores: shared single cores
+    assert all(len(s) == 1 for s in cpu_sets(8, {0, 1}))
+    assert cpu_sets(2, {5, 2}) == ((2,), (5,))  # the CPUs this process may use, by id
 
 
 @pytest.mark.parametrize("argv, message", [
