@@ -30,6 +30,8 @@ SHORT = ("Answer yes or no: is {t} older than one hundred years?", "In one word,
 LONG = ("Write a detailed essay about the history of {t}.", "Tell a story about a child who discovers {t}.")
 #: The burst: long and short interleaved, so arrival order and predicted order differ.
 BURST_TOPICS = ("coffee", "whales", "chess", "glaciers", "tea", "trains")
+#: The blocker's length: long enough that the whole burst queues behind it.
+BLOCKER_TOKENS = 384
 
 
 def burst_prompts() -> list[str]:
@@ -108,13 +110,17 @@ def serve_burst(base_url: str) -> tuple[list[str], float, float]:
 
     NOTE: each prompt is sent once the previous one is in SGLang's waiting queue
     (server state, not a sleep): client threads 0.1 s apart swapped places on a
-    loaded machine, so the arrival order the FCFS check relies on was not known."""
+    loaded machine, so the arrival order the FCFS check relies on was not known.
+    NOTE: the blocker must outlast queueing six prompts on a loaded 2-core CI
+    machine: 96 tokens did not once (the sixth queued 0.07 s after it ended), so
+    it runs ``BLOCKER_TOKENS``; the wait ends early only when the blocker does."""
     done: list[tuple[float, str]] = []
     lock = threading.Lock()
     blocker_end: list[float] = []
 
     def blocker() -> None:
-        chat(base_url, "Write a detailed essay about the history of jazz.", 96, ignore_eos=True).raise_for_status()
+        chat(base_url, "Write a detailed essay about the history of jazz.", BLOCKER_TOKENS,
+             ignore_eos=True).raise_for_status()
         blocker_end.append(time.monotonic())
 
     def one(text: str) -> None:
