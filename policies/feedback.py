@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from policies.views import DllmView
+
 
 @dataclass(frozen=True, slots=True)
 class FinishedView:
@@ -30,6 +32,9 @@ class FinishedView:
     """Aborted (client gone, rejected after admission, error) rather than finished."""
     features: tuple[float, ...] | None = None
     """The features the request was ranked on (``RequestView.features``), if any (LEAP)."""
+    dllm: DllmView | None = None
+    """A diffusion LM's request: its final block-round counts (``denoise_rounds``
+    is the true number of denoising rounds it took)."""
 
 
 @runtime_checkable

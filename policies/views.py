@@ -6,6 +6,45 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
+class DllmView:
+    """A diffusion-LM request's progress in block rounds, as its host sees it now.
+
+    A diffusion LM works on one block of ``block_size`` positions per request
+    per scheduler round: a prompt block (prefill) or one denoising step of a
+    generation block (FDFO: a block takes rounds until its last mask is
+    confirmed). NOTE: every count is host-provided and deterministic (rounds,
+    never clocks), so tensor-parallel ranks agree."""
+
+    block_size: int
+    """Positions per block (SGLang's dLLM ``block_size``)."""
+    prompt_blocks_left: int
+    """Prompt blocks still to prefill, one round each (whole uncached blocks; a
+    partial last prompt block is part of the first generation block)."""
+    denoise_rounds: int = 0
+    """Rounds the request has spent on generation blocks so far."""
+    rounds_waited: int = 0
+    """Rounds in a row, up to now, in which the request was present (waiting
+    or admitted) and got no block: 0 right after a round it ran in."""
+    admitted: bool = False
+    """It holds one of the host's dLLM slots (and its KV); a waiting request
+    needs a free slot before it can run."""
+    masks_left: int = 0
+    """Masked positions left in its current generation block (0 between blocks)."""
+    prompt_words: int = 0
+    """Whitespace-separated words of the prompt text (0 when the host has no text)."""
+    prompt_lines: int = 0
+    """Lines of the prompt text (0 when the host has no text)."""
+    rounds_run: int = 0
+    """Rounds it has run in so far, prompt and denoising."""
+    shared_rounds: int = 0
+    """Rounds it ran in that carried prompt and denoising blocks together (a
+    host statistic: it shows the phases sharing rounds)."""
+    longest_wait: int = 0
+    """The most rounds in a row it was passed over so far (a host statistic:
+    it shows the aging bound)."""
+
+
+@dataclass(frozen=True, slots=True)
 class RequestView:
     """One request waiting to be (re)prefilled, as its host sees it now.
 
@@ -63,6 +102,10 @@ class RequestView:
     NOTE: matches end on node boundaries (SGLang splits a node where a match
     ends), so the tree the paths describe is the host's tree after this
     pass's matching."""
+
+    dllm: DllmView | None = None
+    """Block-round progress, for a request of a diffusion LM (``None`` for an
+    autoregressive model); see ``policies.scheduling.rounds``."""
 
     @property
     def num_uncached_tokens(self) -> int:

@@ -62,7 +62,8 @@ def run(cfg: DictConfig) -> int:
         plan = plan.with_model_path(str(path))
         if cluster is not None:
             cluster = cluster.with_model_path(str(path))
-    log.info("device=%s model=%s", plan.device, plan.model_path)
+    diffusion = f" (diffusion LM, dllm_algorithm={plan.sglang['dllm_algorithm']})" if plan.is_diffusion else ""
+    log.info("device=%s model=%s%s", plan.device, plan.model_path, diffusion)
     for line in describe(plan):
         log.info("%s", line)
     if cluster is not None:

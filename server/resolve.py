@@ -12,7 +12,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from compose.config import ConfigError
-from compose.schema import Device, DType
+from compose.schema import Device, DType, SourceKind
 from compose.specs import PolicySpec, describe_policies, specs_from_config
 
 log = logging.getLogger("switchboard")
@@ -22,6 +22,7 @@ OWNED_SGLANG_FIELDS: dict[str, str] = {
     "model_path": "model.path",
     "served_model_name": "model.name",
     "dtype": "model.dtype",
+    "dllm_algorithm": "model.dllm_algorithm",
     "host": "server.host",
     "port": "server.port",
     "device": "server.device",
@@ -46,9 +47,19 @@ class LaunchPlan:
     shutdown_grace_s: float = 10.0
     """Seconds SGLang gets to exit on Ctrl-C/SIGTERM before it is killed."""
     default_model: dict[str, Any] | None = None
-    """``model.source`` when ``model_path`` is to be built from it."""
+    """``model.source`` (enums as their strings) when ``model_path`` is to be built from it."""
     feedback_log: str | None = None
     """``server.feedback_log``, made absolute."""
+
+    @property
+    def is_diffusion(self) -> bool:
+        """Whether the served model is a diffusion LM (``model.dllm_algorithm``
+        is set): SGLang then runs it in denoising block rounds (its dLLM path),
+        not token by token.
+
+        NOTE: ``sglang.dllm_algorithm`` is owned (``OWNED_SGLANG_FIELDS``), so
+        ``model.dllm_algorithm`` is its only source."""
+        return self.sglang.get("dllm_algorithm") is not None
 
     def with_model_path(self, path: str) -> LaunchPlan:
         return dataclasses.replace(self, model_path=path, sglang=dict(self.sglang, model_path=path),
@@ -107,12 +118,16 @@ def resolve(cfg: DictConfig) -> LaunchPlan:
         model_path=model_path,
         served_model_name=cfg.model.name,
         dtype=DType(cfg.model.dtype).value,
+        dllm_algorithm=cfg.model.dllm_algorithm,
         host=cfg.server.host,
         port=int(cfg.server.port),
         device=device,
         log_level=cfg.server.log_level,
     )
-    source = None if model_path else OmegaConf.to_container(cfg.model.source, resolve=True)
+    source = None if model_path else OmegaConf.to_container(cfg.model.source, resolve=True, enum_to_str=True)
+    if source is not None and cfg.model.source.kind == SourceKind.random_sdar and cfg.model.dllm_algorithm is None:
+        raise ConfigError("model.source.kind=random_sdar builds a diffusion LM: set model.dllm_algorithm "
+                          "(e.g. LowConfidence)")
     return LaunchPlan(
         device=device,
         model_path=model_path,

@@ -69,6 +69,8 @@ TABLES: tuple[Table, ...] = (
     Table("penelope", ("bench.scripts.penelope",), ("penelope.md",)),
     Table("basin_surge", ("bench.scripts.basin_surge",), ("basin_surge.md", "basin_surge.png")),
     Table("router", ("bench.scripts.router",), ("router.md",)),
+    Table("dwise", ("bench.scripts.dwise",), ("dwise.md",)),
+    Table("dwise_estimators", ("bench.scripts.dwise_fit",), ("dwise_estimators.json",), live=True),
     Table("order_overhead", ("bench.scripts.order_overhead",), ("order_overhead.md",)),
     Table("cache_overhead", ("bench.scripts.cache_overhead",), ("cache_overhead.md",)),
     Table("validation", ("bench.scripts.validate_sim",), ("validation.md",), live=True),

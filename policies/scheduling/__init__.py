@@ -19,6 +19,10 @@ Large queues: a policy that can decide from numbers alone also implements
 ``rank(QueueColumns)`` (``policies.scheduling.columns``); the server then keeps
 the queue as columns across passes and never builds per-request views.
 
+Diffusion LMs: a policy whose ``needs.diffusion`` is set is called once per
+block round instead, with waiting and admitted requests together
+(``policies.scheduling.rounds``).
+
 What a policy needs from its host, or lets it skip, it declares in one
 ``SchedulingNeeds`` (its ``needs`` attribute); hosts read nothing else off a
 policy object.
@@ -62,6 +66,23 @@ class SchedulingNeeds:
     """Decoder layer whose input hidden state the host captures at each
     request's last prompt token (``RequestView.features``), available only
     after the request's prefill; ``None``: no capture (and no cost)."""
+    autoregressive: bool = True
+    """The policy orders an autoregressive model's prefill queue (the contract
+    above); ``False``: hosts refuse it for such a model, naming the reason."""
+    diffusion: bool = False
+    """The policy orders a diffusion LM's block rounds (the contract of
+    ``policies.scheduling.rounds``); ``False``: hosts refuse it for a
+    diffusion LM unless ``sglang_native`` names SGLang's own order there."""
+    dllm_slots: int | None = None
+    """Diffusion: requests that hold a slot (and their KV) at once; the server
+    sets SGLang's ``max_running_requests`` to it. ``None``: the host's setting."""
+    dllm_round_blocks: int | None = None
+    """Diffusion: blocks one round takes at most (the round's capacity: one
+    forward over that many blocks); ``None``: one per slot, SGLang's budget."""
+    denoise_hidden_state: bool = False
+    """Diffusion: after a request's first denoising round the host gives the
+    mean of the final-layer hidden states over that round's block as
+    ``RequestView.features`` (``None`` before)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,9 +12,11 @@ from policies.scheduling import OrderDecision, QueueView, SchedulingNeeds
 class FcfsPolicy:
     """The host's queue order, untouched: new arrivals join the back, and so do
     retracted requests (SGLang's fcfs does not sort; a retracted request goes
-    behind the ones already waiting). Inside SGLang: ``--schedule-policy fcfs``."""
+    behind the ones already waiting). Inside SGLang: ``--schedule-policy fcfs``.
+    For a diffusion LM it is SGLang's stock dLLM scheduling (arrival order into
+    the slots, prompt blocks before denoising blocks)."""
 
-    needs: ClassVar[SchedulingNeeds] = SchedulingNeeds(sglang_native="fcfs")
+    needs: ClassVar[SchedulingNeeds] = SchedulingNeeds(sglang_native="fcfs", diffusion=True)
 
     def order(self, queue: QueueView) -> OrderDecision:
         return OrderDecision(tuple(r.rid for r in queue.requests))

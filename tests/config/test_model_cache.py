@@ -1,4 +1,4 @@
-"""The default-model cache: built once, verified every start, rebuilt when damaged."""
+"""The model cache: built once, verified every start, rebuilt when damaged."""
 
 from __future__ import annotations
 
@@ -94,3 +94,30 @@ def test_wheel_checksum_mismatch_aborts(tmp_path, monkeypatch):
     bad = ModelSource(package="x", version="1.0", wheel_sha256="0" * 64, gguf_member="a")
     with pytest.raises(model_cache.ModelCacheError, match="does not match"):
         model_cache.ensure_default_model(bad)
+
+
+def test_random_sdar_builds_its_donor_first_then_itself(fake_pipeline, monkeypatch):
+    from compose import model_sdar
+
+    written: list[tuple[str, str]] = []
+
+    def weights(out, seed):
+        written.append(("weights", f"seed{seed}"))
+        (out / "model.safetensors").write_bytes(bytes([seed]) * 64)
+
+    def tokenizer(donor, out):
+        written.append(("tokenizer", donor.name))
+        (out / "tokenizer.json").write_text("{}")
+
+    monkeypatch.setattr(model_sdar, "write_weights", weights)
+    monkeypatch.setattr(model_sdar, "write_tokenizer", tokenizer)
+    # NOTE: a LaunchPlan hands the kind over as its string
+    sdar = ModelSource(**{**SOURCE.__dict__, "kind": "random_sdar", "seed": 3})
+    path = model_cache.ensure_default_model(sdar)
+    donor = model_cache.checkpoint_dir(SOURCE)
+    assert path == model_cache.checkpoint_dir(sdar) != donor and "seed3" in path.name
+    assert written == [("weights", "seed3"), ("tokenizer", donor.name)] and fake_pipeline["convert"] == 1
+    assert model_cache.verify_checkpoint(path) is None and model_cache.verify_checkpoint(donor) is None
+    assert json.loads((path / model_cache.MANIFEST).read_text())["source"].startswith(f"{model_sdar.RECIPE} seed=3")
+    model_cache.ensure_default_model(sdar)
+    assert len(written) == 2 and fake_pipeline["convert"] == 1

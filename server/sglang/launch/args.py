@@ -40,10 +40,17 @@ def sglang_fields(plan: LaunchPlan) -> dict[str, Any]:
             raise ConfigError(f"sglang.{name}={fields[name]} conflicts with {why} (needs {value})")
         fields[name] = value
 
+    diffusion = plan.is_diffusion
+    if diffusion:
+        _diffusion_refusals(plan, str(fields["dllm_algorithm"]))
     sched = plan.policies.get("policy")
     if sched is not None:
         needs = build_policy(sched).needs
         builtin = needs.sglang_native
+        _check_model_kind(sched.target, needs, diffusion)
+        if diffusion and needs.dllm_slots is not None:
+            # NOTE: SGLang sizes the dLLM slots (DllmManager) and the request pool from it
+            require("max_running_requests", needs.dllm_slots, f"+policy ({sched.target}) slots")
         if needs.hidden_state_layer is not None:
             # NOTE: the feature capture is a forward hook; hooks do not run in CUDA graphs.
             require("cuda_graph_backend_prefill", "disabled", f"+policy ({sched.target}) capturing hidden states")
@@ -82,6 +89,37 @@ def sglang_fields(plan: LaunchPlan) -> dict[str, Any]:
         fields.setdefault("cuda_graph_backend_decode", "disabled")
         fields.setdefault("cuda_graph_backend_prefill", "disabled")
     return fields
+
+
+def _check_model_kind(target: str, needs: Any, diffusion: bool) -> None:
+    """Refuse a scheduling policy made for the other kind of model, naming why."""
+    if diffusion and not needs.diffusion:
+        raise ConfigError(
+            f"+policy ({target}) orders an autoregressive model's prefill queue, but the served model is a "
+            "diffusion LM (model.dllm_algorithm is set), whose requests take block rounds: use +policy=dwise, "
+            "+policy=fcfs (SGLang's stock dLLM order) or no +policy")
+    if not diffusion and not needs.autoregressive:
+        raise ConfigError(
+            f"+policy ({target}) schedules a diffusion LM's block rounds, but the served model is "
+            "autoregressive (model.dllm_algorithm is null): serve a diffusion LM (e.g. model=sdar_tiny)")
+
+
+def _diffusion_refusals(plan: LaunchPlan, algorithm: str) -> None:
+    """Kinds that SGLang's dLLM path does not carry, refused by name at startup."""
+    why = f"a diffusion LM (model.dllm_algorithm={algorithm})"
+    if "admission" in plan.policies:
+        # NOTE: the dLLM path builds a plain PrefillAdder and moves the queue head
+        # into its slots without the gate (docs/dwise-notes.md §5): deferral would not hold.
+        raise ConfigError(f"+admission is not supported for {why}: SGLang's dLLM rounds bypass the gate")
+    if "adapters" in plan.policies:
+        raise ConfigError(f"+adapters is not supported for {why}: SGLang disables LoRA on its dLLM path")
+    cache = plan.policies.get("cache")
+    if cache is not None and build_policy(cache).needs.interior:
+        raise ConfigError(f"+cache ({cache.target}) needs page_size 1; {why} pages KV by block")
+    sched = plan.policies.get("policy")
+    if sched is not None and algorithm == "Gemma4Renoise" and build_policy(sched).needs.sglang_native is None:
+        raise ConfigError(f"+policy ({sched.target}) shares rounds between prompt and denoising blocks; "
+                          "Gemma4Renoise encodes the context in separate forwards")
 
 
 def register_eviction_choice() -> None:

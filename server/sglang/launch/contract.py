@@ -93,6 +93,18 @@ HOOKED_SYMBOLS: tuple[HookedSymbol, ...] = (
     HookedSymbol("sglang.srt.server_args.prepare_server_args", ("argv",)),
     HookedSymbol("sglang.srt.server_args.ServerArgs.add_cli_args", ("parser",)),
     HookedSymbol("sglang.srt.entrypoints.http_server.app"),
+    # Diffusion-LM rounds (server/sglang/scheduling/dllm.py).
+    HookedSymbol(f"{_SCHED}.Scheduler._fetch_waiting_reqs", ("self",)),
+    HookedSymbol(f"{_SCHED}.Scheduler._process_dllm_batches", ("self", "adder", "running_batch")),
+    HookedSymbol(f"{_SCHED}.Scheduler.get_new_batch_dllm", ("self", "running_batch")),
+    HookedSymbol("sglang.srt.dllm.mixin.scheduler.DllmManager.add_waiting_reqs", ("self", "reqs")),
+    HookedSymbol("sglang.srt.dllm.mixin.req.DllmReqPhase"),
+    HookedSymbol("sglang.srt.dllm.mixin.req.ReqDllmMixin.is_dllm_prefill", ("self",)),
+    HookedSymbol(f"{_POLICY}.PrefillAdder.add_dllm_staging_req", ("self", "req")),
+    HookedSymbol("sglang.srt.model_executor.forward_batch_info.ForwardMode.DLLM_EXTEND"),
+    HookedSymbol("sglang.srt.model_executor.forward_batch_info.ForwardMode.is_dllm_extend", ("self",)),
+    HookedSymbol("sglang.srt.models.sdar.SDARForCausalLM.forward",
+                 ("self", "input_ids", "positions", "forward_batch", "input_embeds", "pp_proxy_tensors")),
     # The adapters kind (server/sglang/adapters/).
     HookedSymbol(f"{_LORA}.lora_manager.LoRAManager.__init__",
                  ("self", "base_model", "base_hf_config", "max_loras_per_batch", "load_config", "dtype",

@@ -15,6 +15,13 @@ layer, for every token in the batch. The hook keeps the rows of each
 sequence's last token; the scheduler attaches them to the batch's requests
 after ``run_batch``. Same code on CPU and GPU.
 
+``DenoiseHiddenCapture`` (``needs.denoise_hidden_state``, diffusion LMs): the
+mean of the final-layer hidden states over a request's block in its first
+denoising round. A forward pre-hook on the model's ``logits_processor`` (SGLang
+calls it with the final hidden states of every row of the round) keeps each
+sequence's mean; after ``run_batch`` the requests that just ran their first
+denoising block get theirs.
+
 NOTE: a hook does not run inside a CUDA graph: prefill CUDA graphs must be off
 (the launcher enforces it when a policy asks for features).
 """
@@ -90,6 +97,37 @@ class HiddenStateCapture:
             return
         for req, row in zip(reqs, rows):
             setattr(req, FEATURES_ATTR, row)
+
+    def remove(self) -> None:
+        self._handle.remove()
+
+
+class DenoiseHiddenCapture:
+    """Forward pre-hook on ``model.logits_processor`` (see module docs)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self._means: torch.Tensor | None = None
+        self._handle = model.get_submodule("logits_processor").register_forward_pre_hook(self._pre_hook)
+
+    def _pre_hook(self, module: Any, args: tuple) -> None:
+        hidden, forward_batch = args[1], args[3]
+        lens = forward_batch.extend_seq_lens
+        if lens is None or int(lens.sum()) != hidden.shape[0]:
+            self._means = None
+            return
+        seq = torch.repeat_interleave(torch.arange(len(lens), device=hidden.device), lens.to(hidden.device))
+        sums = torch.zeros(len(lens), hidden.shape[1], dtype=torch.float32, device=hidden.device)
+        sums.index_add_(0, seq, hidden.float())
+        self._means = sums / lens.to(hidden.device).unsqueeze(1).clamp(min=1)
+
+    def attach(self, reqs: list) -> None:
+        """Give each request that just ran its first denoising block its mean row."""
+        means, self._means = self._means, None
+        if means is None or means.shape[0] != len(reqs):
+            return
+        for req, row in zip(reqs, means):
+            if not req.is_dllm_prefill() and getattr(req, FEATURES_ATTR, None) is None:
+                setattr(req, FEATURES_ATTR, row)
 
     def remove(self) -> None:
         self._handle.remove()

@@ -19,6 +19,7 @@ from sglang.srt.managers.schedule_batch import FINISH_ABORT
 
 from policies.feedback import FinishedView, ObservesFinished, PredictsOutputLength
 from server.sglang.scheduling.capture import features_of
+from server.sglang.scheduling.dllm import finished_dllm_view
 
 #: Set on a ``Req`` once it was reported (a request is reported once).
 REPORTED_ATTR = "_switchboard_reported"
@@ -31,6 +32,7 @@ def finished_view(req: Any, aborted: bool) -> FinishedView:
         num_input_tokens=len(req.origin_input_ids), num_output_tokens=len(req.output_ids),
         num_cached_tokens=int(getattr(req, "cached_tokens", 0) or 0),
         session_id=getattr(req, "session_id", None), aborted=aborted, features=features_of(req),
+        dllm=finished_dllm_view(req),
     )
 
 

@@ -11,7 +11,8 @@ Where each kind decides (hop numbers of docs/lifecycle.md):
     deferred requests are revisited in ``calc_priority`` and never offered to
     the PrefillAdder.
   * scheduling, hop 6: ``SchedulePolicy.calc_priority`` (each prefill pass;
-    ``ordering.py``).
+    ``ordering.py``); for a diffusion LM under a diffusion policy, hop 6d: the
+    dLLM round (``_fetch_waiting_reqs`` / ``_process_dllm_batches``; ``dllm.py``).
   * gap recompute, hop 7 (``+cache=penelope``): ``gap_prefill.py``.
 """
 
@@ -30,7 +31,8 @@ from policies.admission import AdmissionPolicy
 from policies.feedback import EndsSessions
 from policies.scheduling import SchedulingPolicy
 from server.sglang.cache.gap_prefill import GapRecomputeCounter, gap_prefill_adder
-from server.sglang.scheduling.capture import HiddenStateCapture, PromptEmbedding
+from server.sglang.scheduling.capture import DenoiseHiddenCapture, HiddenStateCapture, PromptEmbedding
+from server.sglang.scheduling.dllm import DllmRounds
 from server.sglang.scheduling.feedback import FinishReporter, streamer_class
 from server.sglang.scheduling.gate import AdmissionGate, gated_adder
 from server.sglang.scheduling.ordering import SwitchboardSchedulePolicy
@@ -94,6 +96,15 @@ def install_seams(scheduler: Any, order: SchedulingPolicy | None, admission: Adm
     s._switchboard_embedding = (PromptEmbedding(s.tp_worker.model_runner.model, s.tp_size)
                                 if order is not None and order.needs.prompt_embedding else None)
     s._switchboard_gate = AdmissionGate(s, admission) if admission else None
+    # NOTE: a diffusion policy orders dLLM rounds, not the prefill queue (args.py
+    # refuses it for an autoregressive model, so dllm_config is set here).
+    diffusion = order is not None and order.needs.diffusion
+    s._switchboard_rounds = DllmRounds(s, order) if diffusion and s.dllm_config is not None else None
+    s._switchboard_denoise_capture = (DenoiseHiddenCapture(s.tp_worker.model_runner.model)
+                                      if s._switchboard_rounds is not None and order.needs.denoise_hidden_state
+                                      else None)
+    if diffusion:
+        order = None
     # NOTE: gap recompute whenever the cache can hold gaps (+cache=penelope)
     s._switchboard_gaps = GapRecomputeCounter() if hasattr(s.tree_cache, "gap_at") else None
     s.policy = SwitchboardSchedulePolicy(
@@ -161,6 +172,8 @@ def scheduler_class(order: SchedulingPolicy | None, admission: AdmissionPolicy |
             result = super().run_batch(batch, pp_proxy_tensors)
             if prefill and self._switchboard_capture is not None:
                 self._switchboard_capture.attach(batch.reqs)
+            if self._switchboard_denoise_capture is not None and mode.is_dllm_extend():
+                self._switchboard_denoise_capture.attach(batch.reqs)
             return result
 
         def get_prefill_adder_class(self) -> type[PrefillAdder]:
@@ -174,8 +187,27 @@ def scheduler_class(order: SchedulingPolicy | None, admission: AdmissionPolicy |
                 setattr(req, REQUESTED_MAX_NEW_ATTR, req.sampling_params.max_new_tokens)
             super().init_req_max_new_tokens(req)
 
+        def _fetch_waiting_reqs(self) -> None:
+            if self._switchboard_rounds is None:
+                super()._fetch_waiting_reqs()
+            else:
+                self._switchboard_rounds.fetch()
+
+        def _process_dllm_batches(self, adder: Any, running_batch: Any) -> Any:
+            if self._switchboard_rounds is None:
+                return super()._process_dllm_batches(adder, running_batch=running_batch)
+            return self._switchboard_rounds.walk(adder, running_batch)
+
+        def get_new_batch_dllm(self, running_batch: Any) -> Any:
+            batch = super().get_new_batch_dllm(running_batch)
+            if batch is not None and self._switchboard_rounds is not None:
+                self._switchboard_rounds.after_round(batch.reqs)
+            return batch
+
         def _add_request_to_queue(self, req: Any, is_retracted: bool = False) -> None:
             stamp_arrival(req, self._switchboard_prefill_tokens)
+            if self._switchboard_rounds is not None:
+                self._switchboard_rounds.on_arrival(req)
             self.policy.forget(req)  # NOTE: a re-queued request is read afresh
             if not is_retracted and not getattr(req, CHECKED_ATTR, False):
                 setattr(req, CHECKED_ATTR, True)

@@ -1,0 +1,99 @@
+"""``+policy=dwise``: DWISE for diffusion LMs: least estimated work left first,
+counted in block rounds, prompt and denoising blocks sharing each round.
+
+* **Work.** A request's work left is its prompt blocks still to prefill plus
+  its denoising rounds still to run (``policies.scheduling.rounds``: a prompt
+  block and a denoising step are one block-forward each, so they count the
+  same).
+* **Estimates.** The denoising rounds a request needs are unknown at arrival.
+  They are estimated from the prompt's word, line and token counts
+  (``ArrivalRoundsRegression``, learned online from every finished request, or
+  loaded), and re-estimated once, after the request's first denoising round,
+  from the mean final hidden state of that round's block (``RoundsRefiner``,
+  a fitted two-layer network; only when ``refiner_path`` is given). An
+  estimate never exceeds what ``max_new_tokens`` allows (unless
+  ``cap_by_max_new_tokens`` is off) and never falls below one round while the
+  request is unfinished.
+* **Order.** Each round, least estimated work left first (ties: arrival
+  order), over waiting and admitted requests together; the host fills the
+  round's ``round_blocks`` blocks from the front, admitting waiting requests
+  into free ``slots`` as it goes.
+* **Aging.** A request passed over for ``max_wait_rounds`` rounds in a row goes
+  to the front, longest-waiting first. NOTE: the bound: such a request runs
+  within ``ceil(slots / round_blocks)`` further rounds once it holds a slot;
+  a waiting one gets a slot at the latest when the ``slots`` requests admitted
+  ahead of it have finished.
+
+NOTE: the slots hold KV for ``slots`` requests while a round runs
+``round_blocks`` of them: with ``slots > round_blocks`` a short arrival starts
+at once instead of waiting for a slot behind long requests. Stock SGLang runs
+every admitted request each round (capacity = slots = ``max_running_requests``,
+default 1); compare at equal round capacity (``round_blocks``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from policies.feedback import FinishedView
+from policies.predictors.rounds import ArrivalRoundsRegression, RoundsRefiner
+from policies.scheduling import OrderDecision, QueueView, SchedulingNeeds
+from policies.scheduling.rounds import denoise_rounds_bound
+from policies.views import DllmView, RequestView
+
+
+class DwisePolicy:
+    """DWISE scheduling of a diffusion LM's block rounds (see module docs)."""
+
+    def __init__(self, slots: int = 8, round_blocks: int = 4, max_wait_rounds: int = 64,
+                 prior_rounds: float = 32.0, forgetting: float = 0.999, online: bool = True,
+                 arrival_head_path: str | None = None, refiner_path: str | None = None,
+                 record_hidden_state: bool = False, cap_by_max_new_tokens: bool = True) -> None:
+        if slots < 1 or not 1 <= round_blocks <= slots or max_wait_rounds < 1:
+            raise ValueError("need slots >= 1, 1 <= round_blocks <= slots and max_wait_rounds >= 1")
+        self.needs = SchedulingNeeds(cache_hits=False, autoregressive=False, diffusion=True,
+                                     dllm_slots=slots, dllm_round_blocks=round_blocks,
+                                     denoise_hidden_state=refiner_path is not None or record_hidden_state)
+        """Diffusion only; no prefix matching; the hidden-state capture only
+        when a refiner is loaded or the features are recorded for fitting one."""
+        self.max_wait_rounds = max_wait_rounds
+        self.cap_by_max_new_tokens = cap_by_max_new_tokens
+        self.online = online
+        self.arrival = ArrivalRoundsRegression(prior_rounds, forgetting, head_path=arrival_head_path)
+        self.refiner = RoundsRefiner.load(Path(refiner_path)) if refiner_path else None
+
+    def estimate_denoise_rounds(self, request: RequestView, dllm: DllmView) -> float:
+        """The request's total denoising rounds, as estimated now."""
+        if self.refiner is not None and request.features is not None:
+            return self.refiner.predict(request.features)
+        prompt_tokens = request.num_input_tokens - request.num_output_tokens
+        return self.arrival.predict(dllm.prompt_words, dllm.prompt_lines, prompt_tokens)
+
+    def work_left(self, request: RequestView) -> float:
+        """Estimated rounds left: prompt blocks + denoising rounds (>= 1 each part)."""
+        dllm = _dllm(request)
+        denoise = max(self.estimate_denoise_rounds(request, dllm) - dllm.denoise_rounds, 1.0)
+        if self.cap_by_max_new_tokens:
+            denoise = min(denoise, denoise_rounds_bound(request, dllm))
+        return dllm.prompt_blocks_left + denoise
+
+    def order(self, queue: QueueView) -> OrderDecision:
+        def key(r: RequestView) -> tuple[int, float, int]:
+            waited = _dllm(r).rounds_waited
+            if waited >= self.max_wait_rounds:
+                return 0, -waited, r.arrival_seq
+            return 1, self.work_left(r), r.arrival_seq
+
+        return OrderDecision(tuple(r.rid for r in sorted(queue.requests, key=key)))
+
+    def observe_finished(self, view: FinishedView) -> None:
+        if not self.online or view.aborted or view.dllm is None:
+            return
+        d = view.dllm
+        self.arrival.update(d.prompt_words, d.prompt_lines, view.num_input_tokens, d.denoise_rounds)
+
+
+def _dllm(request: RequestView) -> DllmView:
+    if request.dllm is None:
+        raise ValueError(f"request {request.rid} has no block-round progress (DWISE orders a diffusion LM's rounds)")
+    return request.dllm

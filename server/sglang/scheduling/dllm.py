@@ -1,0 +1,222 @@
+"""Diffusion-LM block rounds inside SGLang's scheduler, for diffusion policies.
+
+The host side of ``policies/scheduling/rounds.py`` (hop 6d of
+docs/lifecycle.md). SGLang's dLLM path (``SchedulerDllmMixin``) forms each
+round in ``get_new_batch_dllm``: it moves the waiting queue's head into
+``DllmManager`` (``_fetch_waiting_reqs``: the slots), then offers the
+manager's requests to a ``PrefillAdder`` prompt-phase first
+(``_process_dllm_batches``). For a policy with ``needs.diffusion`` the
+scheduler subclass replaces both with ``DllmRounds``:
+
+* ``fetch``: one ``policy.order`` over every unfinished request, admitted
+  (in the manager) and waiting, each a ``RequestView`` with ``dllm`` set;
+  waiting requests take free slots in that order (deferred ones never);
+* ``walk``: the manager's requests in that order, one block each, prompt and
+  denoising blocks alike, until the round holds ``round_blocks`` blocks or the
+  adder refuses one (SGLang's own batch-full and KV checks);
+* ``after_round``: the per-request counts the next views show.
+
+NOTE: a request passed over keeps its slot, its KV and its partly denoised
+FDFO block: SGLang commits a block only after a forward that reported it done
+(``finish_dllm_forward``) and re-initialises only requests that ran
+(``DllmManager.init_next_round``). Checked live: a skipped request's greedy
+output equals its output run alone (tests/live/test_server_dwise.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sglang.srt.dllm.mixin.req import DllmReqPhase
+from sglang.srt.managers.schedule_policy import AddReqResult
+from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+from policies.scheduling import QueueView, SchedulingPolicy, check_permutation
+from policies.views import DllmView, RequestView
+from server.sglang.scheduling.gate import is_deferred
+from server.sglang.scheduling.views import request_view
+
+#: The host's per-request counts, on each ``Req`` of a diffusion LM.
+STATE_ATTR = "_switchboard_dllm"
+_STAGING = (DllmReqPhase.STAGING_PREFILL, DllmReqPhase.STAGING_DECODE)
+
+
+@dataclass
+class DllmState:
+    """What the host counts for one request (rounds, never clocks)."""
+
+    last_round: int
+    """The round it last ran in, or the round count when it arrived."""
+    block_size: int
+    words: int = 0
+    lines: int = 0
+    rounds_run: int = 0
+    denoise_rounds: int = 0
+    shared_rounds: int = 0
+    """Rounds it ran in that carried prompt and denoising blocks together."""
+    longest_wait: int = 0
+    """The most rounds in a row it was passed over."""
+
+
+def state_of(req: Any) -> DllmState | None:
+    state: DllmState | None = getattr(req, STATE_ATTR, None)
+    return state
+
+
+def dllm_view(req: Any, state: DllmState, block_size: int, mask_id: int, round_index: int,
+              admitted: bool) -> DllmView:
+    """The ``DllmView`` of a ``Req`` (SGLang's own fields; docs/dwise-notes.md §3.1)."""
+    prompt = len(req.origin_input_ids)
+    offset = int(req.dllm_block_offset or 0) if getattr(req, "dllm_initialized", False) else 0
+    # NOTE: offset is where the current block starts; once fill ids are set for
+    # a round it points at the block being run, else at the next one.
+    done_prompt_blocks = offset // block_size
+    incomplete = getattr(req, "dllm_incomplete_ids", None)
+    masks = sum(1 for t in incomplete if t == mask_id) if incomplete else 0
+    return DllmView(
+        block_size=block_size,
+        prompt_blocks_left=max(0, prompt // block_size - done_prompt_blocks),
+        denoise_rounds=state.denoise_rounds,
+        rounds_waited=max(0, round_index - state.last_round),
+        admitted=admitted,
+        masks_left=masks,
+        prompt_words=state.words,
+        prompt_lines=state.lines,
+        rounds_run=state.rounds_run,
+        shared_rounds=state.shared_rounds,
+        longest_wait=state.longest_wait,
+    )
+
+
+def finished_dllm_view(req: Any) -> DllmView | None:
+    """The final counts of a diffusion LM's request leaving the system (``None``
+    for a request the round host never saw)."""
+    state = state_of(req)
+    if state is None:
+        return None
+    return DllmView(block_size=state.block_size, prompt_blocks_left=0, denoise_rounds=state.denoise_rounds,
+                    prompt_words=state.words, prompt_lines=state.lines, rounds_run=state.rounds_run,
+                    shared_rounds=state.shared_rounds, longest_wait=state.longest_wait)
+
+
+class DllmRounds:
+    """One scheduler's diffusion rounds under a diffusion policy (see module docs)."""
+
+    def __init__(self, scheduler: Any, order: SchedulingPolicy) -> None:
+        self.s = scheduler
+        self.order = order
+        cfg = scheduler.dllm_config
+        self.block_size = int(cfg.block_size)
+        self.mask_id = int(cfg.mask_id)
+        self.slots = int(order.needs.dllm_slots or cfg.max_running_requests)
+        self.round_blocks = int(order.needs.dllm_round_blocks or self.slots)
+        self.round = 0
+        self.ranked: list[Any] = []
+        """This round's admitted requests, best first (set by ``fetch``)."""
+
+    def on_arrival(self, req: Any) -> None:
+        if state_of(req) is not None:
+            return
+        text = self.prompt_text(req)
+        setattr(req, STATE_ATTR, DllmState(last_round=self.round, block_size=self.block_size,
+                                           words=len(text.split()),
+                                           lines=text.count("\n") + 1 if text else 0))
+
+    def prompt_text(self, req: Any) -> str:
+        """The prompt as text, for its word and line counts.
+
+        NOTE: SGLang's ``Req`` keeps only token ids (its ``origin_input_text``
+        argument is not stored), so the prompt is decoded once, at arrival,
+        with the scheduler's own tokenizer; none (``skip_tokenizer_init``): "".
+        """
+        tokenizer = getattr(self.s, "tokenizer", None)
+        if tokenizer is None:
+            return ""
+        return str(tokenizer.decode(list(req.origin_input_ids), skip_special_tokens=True))
+
+    def view(self, req: Any, admitted: bool) -> RequestView:
+        state = state_of(req)
+        if state is None:  # NOTE: every request passes on_arrival; this is a backstop
+            self.on_arrival(req)
+            state = state_of(req)
+        assert state is not None
+        return dataclasses.replace(request_view(req), dllm=dllm_view(
+            req, state, self.block_size, self.mask_id, self.round, admitted))
+
+    def fetch(self) -> None:
+        """Replace ``_fetch_waiting_reqs``: decide the round's order, fill free slots."""
+        manager = self.s.dllm_manager
+        admitted = [r for r in manager.waiting_queue if not r.finished()]
+        waiting = [r for r in self.s.waiting_queue if not is_deferred(r)]
+        views = [self.view(r, True) for r in admitted] + [self.view(r, False) for r in waiting]
+        if not views:
+            self.ranked = []
+            return
+        queue = QueueView(requests=tuple(views), now=time.perf_counter(), num_running=len(admitted))
+        decision = self.order.order(queue)
+        check_permutation(queue, decision)
+        by_rid = {r.rid: r for r in admitted + waiting}
+        held = {id(r) for r in admitted}
+        free = self.slots - len(manager.waiting_queue)
+        ranked, newcomers = [], []
+        # NOTE: as the contract's walk: a waiting request takes a free slot only
+        # while the round still has room for its block (the simulator's twin does
+        # the same); later ones stay waiting, passed over.
+        for rid in decision.order:
+            req = by_rid[rid]
+            if id(req) in held:
+                ranked.append(req)
+            elif free > 0 and len(ranked) < self.round_blocks:
+                newcomers.append(req)
+                ranked.append(req)
+                free -= 1
+        if newcomers:
+            manager.add_waiting_reqs(newcomers)
+            taken = {id(r) for r in newcomers}
+            self.s.waiting_queue = [r for r in self.s.waiting_queue if id(r) not in taken]
+        self.ranked = ranked
+
+    def walk(self, adder: Any, running_batch: Any) -> Any:
+        """Replace ``_process_dllm_batches``: one block per request in order."""
+        s = self.s
+        for req in self.ranked:
+            if len(adder.can_run_list) >= self.round_blocks:
+                break
+            if req.dllm_phase in _STAGING:
+                res = adder.add_dllm_staging_req(req)
+            else:
+                # NOTE: SGLang's own batch-full check for a request taking a new row
+                held = sum(r.kv.holds_kv for r in adder.can_run_list)
+                if len(adder.can_run_list) >= s.get_num_allocatable_reqs(len(running_batch.reqs),
+                                                                         num_held_rows=held):
+                    running_batch.batch_is_full = True
+                    break
+                req.init_next_round_input(s.tree_cache)
+                res = adder.add_one_req(req, has_chunked_req=True, truncation_align_size=s.truncation_align_size)
+            if len(adder.can_run_list) >= self.round_blocks:
+                break  # NOTE: the round is full; not a KV shortage
+            if res != AddReqResult.CONTINUE:
+                if res == AddReqResult.NO_TOKEN:
+                    running_batch.batch_is_full = True
+                break
+        return ForwardMode.DLLM_EXTEND
+
+    def after_round(self, reqs: list[Any]) -> None:
+        """Count the round that ``reqs`` were just given."""
+        self.round += 1
+        prefill = [r.is_dllm_prefill() for r in reqs]
+        shared = any(prefill) and not all(prefill)
+        for req, is_prefill in zip(reqs, prefill):
+            state = state_of(req)
+            if state is None:
+                continue
+            state.rounds_run += 1
+            state.longest_wait = max(state.longest_wait, self.round - 1 - state.last_round)
+            state.last_round = self.round
+            if not is_prefill:
+                state.denoise_rounds += 1
+            if shared:
+                state.shared_rounds += 1
