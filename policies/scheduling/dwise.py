@@ -45,8 +45,8 @@ from policies.views import DllmView, RequestView
 class DwisePolicy:
     """DWISE scheduling of a diffusion LM's block rounds (see module docs)."""
 
-    def __init__(self, slots: int = 8, round_blocks: int = 4, max_wait_rounds: int = 64,
-                 prior_rounds: float = 32.0, forgetting: float = 0.999, online: bool = True,
+    def __init__(self, slots: int = 8, round_blocks: int = 4, max_wait_rounds: int = 8,
+                 prior_rounds: float = 128.0, forgetting: float = 0.999, online: bool = True,
                  arrival_head_path: str | None = None, refiner_path: str | None = None,
                  record_hidden_state: bool = False, cap_by_max_new_tokens: bool = True) -> None:
         if slots < 1 or not 1 <= round_blocks <= slots or max_wait_rounds < 1:

@@ -146,7 +146,9 @@ FOUR = [req("long", 0.0, 41, 32), req("long2", 0.05, 25, 24), req("mid", 0.10, 8
 
 @pytest.mark.parametrize("online", [True, False])
 def test_dwise_walk_reproduces_the_probes_srpt_finish_rounds(online):
-    sim = sim_of(FOUR, slots=4, round_blocks=2, policy=DwisePolicy(slots=4, round_blocks=2, online=online))
+    # NOTE: the probe's walk had no aging: DWISE's aging (default 8 rounds) is switched off here
+    sim = sim_of(FOUR, slots=4, round_blocks=2,
+                 policy=DwisePolicy(slots=4, round_blocks=2, max_wait_rounds=10**6, online=online))
     assert finish_rounds(sim) == {"short": 11, "mid": 20, "long2": 49, "long": 71}  # §3.4, the walk
 
 
