@@ -25,6 +25,15 @@ def test_dwise_sets_the_slots_and_sglang_parses_it():
     validate(plan)  # SGLang's own parser takes the arguments
 
 
+def test_hidden_state_capture_needs_prefill_cuda_graphs_off():
+    # NOTE: the capture is a forward hook; hooks do not run inside CUDA graphs
+    assert fields("model=sdar_tiny", "+policy=dwise", "policy.record_hidden_state=true")[
+        "cuda_graph_backend_prefill"] == "disabled"
+    with pytest.raises(ConfigError, match="cuda_graph_backend_prefill=full conflicts with \\+policy"):
+        fields("model=sdar_tiny", "+policy=dwise", "policy.record_hidden_state=true",
+               "sglang.cuda_graph_backend_prefill=full")
+
+
 def test_stock_dllm_scheduling_is_fcfs_or_no_policy():
     assert "max_running_requests" not in fields("model=sdar_tiny")
     assert fields("model=sdar_tiny", "+policy=fcfs")["schedule_policy"] == "fcfs"

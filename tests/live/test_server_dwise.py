@@ -26,7 +26,7 @@ import time
 import httpx
 import pytest
 
-from bench.sim.dllm import DllmParams, DllmSimulator, LinearRoundCost, TinyLive
+from bench.sim.dllm import DllmParams, DllmSimulator, LinearRoundCost, TinyLive, tiny_live_rounds
 from policies.scheduling.dwise import DwisePolicy
 from tests.sim.helpers import req as sim_req
 from tests.sim.helpers import trace_of
@@ -38,12 +38,6 @@ SLOTS, ROUND_BLOCKS, MAX_WAIT = 8, 2, 6
 #: (prompt, max_new_tokens); prompts under one block start denoising at once.
 BURST = [("Tell me a long story.", 48), ("Hi", 4), ("Count to three.", 24), ("Why?", 8),
          ("Name a color.", 16), ("Ok", 12)]
-
-
-def rounds(prompt_tokens: int, max_new: int) -> int:
-    """Rounds of one request alone with the random checkpoint (docs/dwise-notes.md §3.1)."""
-    m = B - prompt_tokens % B
-    return prompt_tokens // B + (m + 1) + (B + 1) * math.ceil(max(0, max_new - m) / B)
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +100,7 @@ def test_dwise_serves_least_work_first_and_stock_keeps_arrival_order(dwise, stoc
     rid_s = [o["meta_info"]["id"] for o in out_s]
     recs_d, recs_s = finished(logs[0], rid_d), finished(logs[1], rid_s)
     prompt = [r["num_input_tokens"] for r in sorted(recs_d, key=lambda r: rid_d.index(r["rid"]))]
-    size = [rounds(p, n) for p, (_, n) in zip(prompt, BURST)]
+    size = [tiny_live_rounds(p, n, B) for p, (_, n) in zip(prompt, BURST)]
     assert sorted(set(size)) == sorted(size), f"rounds must differ to order them: {size}"
     order_d = [rid_d.index(r["rid"]) for r in recs_d]
     order_s = [rid_s.index(r["rid"]) for r in recs_s]

@@ -40,18 +40,18 @@ def sglang_fields(plan: LaunchPlan) -> dict[str, Any]:
             raise ConfigError(f"sglang.{name}={fields[name]} conflicts with {why} (needs {value})")
         fields[name] = value
 
-    diffusion = plan.is_diffusion
-    if diffusion:
-        _diffusion_refusals(plan, str(fields["dllm_algorithm"]))
+    algorithm = fields.get("dllm_algorithm") if plan.is_diffusion else None
+    if algorithm is not None:
+        _diffusion_refusals(plan, str(algorithm))
     sched = plan.policies.get("policy")
     if sched is not None:
         needs = build_policy(sched).needs
         builtin = needs.sglang_native
-        _check_model_kind(sched.target, needs, diffusion)
-        if diffusion and needs.dllm_slots is not None:
+        _check_model_kind(sched.target, needs, algorithm)
+        if algorithm is not None and needs.dllm_slots is not None:
             # NOTE: SGLang sizes the dLLM slots (DllmManager) and the request pool from it
             require("max_running_requests", needs.dllm_slots, f"+policy ({sched.target}) slots")
-        if needs.hidden_state_layer is not None:
+        if needs.hidden_state_layer is not None or needs.denoise_hidden_state:
             # NOTE: the feature capture is a forward hook; hooks do not run in CUDA graphs.
             require("cuda_graph_backend_prefill", "disabled", f"+policy ({sched.target}) capturing hidden states")
         # Our policies run through SGLang's fcfs slot: the seam re-sorts the queue.
@@ -91,8 +91,11 @@ def sglang_fields(plan: LaunchPlan) -> dict[str, Any]:
     return fields
 
 
-def _check_model_kind(target: str, needs: Any, diffusion: bool) -> None:
-    """Refuse a scheduling policy made for the other kind of model, naming why."""
+def _check_model_kind(target: str, needs: Any, algorithm: str | None) -> None:
+    """Refuse a scheduling policy made for the other kind of model (``algorithm``:
+    the diffusion LM's ``dllm_algorithm``, ``None`` for an autoregressive one),
+    or for this diffusion algorithm, naming why."""
+    diffusion = algorithm is not None
     if diffusion and not needs.diffusion:
         raise ConfigError(
             f"+policy ({target}) orders an autoregressive model's prefill queue, but the served model is a "
@@ -102,6 +105,9 @@ def _check_model_kind(target: str, needs: Any, diffusion: bool) -> None:
         raise ConfigError(
             f"+policy ({target}) schedules a diffusion LM's block rounds, but the served model is "
             "autoregressive (model.dllm_algorithm is null): serve a diffusion LM (e.g. model=sdar_tiny)")
+    if algorithm == "Gemma4Renoise" and needs.sglang_native is None:
+        raise ConfigError(f"+policy ({target}) shares rounds between prompt and denoising blocks; "
+                          "Gemma4Renoise encodes the context in separate forwards")
 
 
 def _diffusion_refusals(plan: LaunchPlan, algorithm: str) -> None:
@@ -116,10 +122,6 @@ def _diffusion_refusals(plan: LaunchPlan, algorithm: str) -> None:
     cache = plan.policies.get("cache")
     if cache is not None and build_policy(cache).needs.interior:
         raise ConfigError(f"+cache ({cache.target}) needs page_size 1; {why} pages KV by block")
-    sched = plan.policies.get("policy")
-    if sched is not None and algorithm == "Gemma4Renoise" and build_policy(sched).needs.sglang_native is None:
-        raise ConfigError(f"+policy ({sched.target}) shares rounds between prompt and denoising blocks; "
-                          "Gemma4Renoise encodes the context in separate forwards")
 
 
 def register_eviction_choice() -> None:

@@ -25,7 +25,6 @@ output equals its output run alone (tests/live/test_server_dwise.py).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -60,34 +59,31 @@ class DllmState:
     longest_wait: int = 0
     """The most rounds in a row it was passed over."""
 
+    def view(self, prompt_blocks_left: int, **progress: Any) -> DllmView:
+        """These counts as a ``DllmView``, with the host's view of its progress."""
+        return DllmView(block_size=self.block_size, prompt_blocks_left=prompt_blocks_left,
+                        denoise_rounds=self.denoise_rounds, prompt_words=self.words, prompt_lines=self.lines,
+                        rounds_run=self.rounds_run, shared_rounds=self.shared_rounds,
+                        longest_wait=self.longest_wait, **progress)
+
 
 def state_of(req: Any) -> DllmState | None:
     state: DllmState | None = getattr(req, STATE_ATTR, None)
     return state
 
 
-def dllm_view(req: Any, state: DllmState, block_size: int, mask_id: int, round_index: int,
-              admitted: bool) -> DllmView:
+def dllm_view(req: Any, state: DllmState, mask_id: int, round_index: int, admitted: bool) -> DllmView:
     """The ``DllmView`` of a ``Req`` (SGLang's own fields; docs/dwise-notes.md §3.1)."""
-    prompt = len(req.origin_input_ids)
+    block_size = state.block_size
     offset = int(req.dllm_block_offset or 0) if getattr(req, "dllm_initialized", False) else 0
     # NOTE: offset is where the current block starts; once fill ids are set for
     # a round it points at the block being run, else at the next one.
-    done_prompt_blocks = offset // block_size
     incomplete = getattr(req, "dllm_incomplete_ids", None)
-    masks = sum(1 for t in incomplete if t == mask_id) if incomplete else 0
-    return DllmView(
-        block_size=block_size,
-        prompt_blocks_left=max(0, prompt // block_size - done_prompt_blocks),
-        denoise_rounds=state.denoise_rounds,
+    return state.view(
+        prompt_blocks_left=max(0, len(req.origin_input_ids) // block_size - offset // block_size),
         rounds_waited=max(0, round_index - state.last_round),
         admitted=admitted,
-        masks_left=masks,
-        prompt_words=state.words,
-        prompt_lines=state.lines,
-        rounds_run=state.rounds_run,
-        shared_rounds=state.shared_rounds,
-        longest_wait=state.longest_wait,
+        masks_left=sum(1 for t in incomplete if t == mask_id) if incomplete else 0,
     )
 
 
@@ -95,11 +91,7 @@ def finished_dllm_view(req: Any) -> DllmView | None:
     """The final counts of a diffusion LM's request leaving the system (``None``
     for a request the round host never saw)."""
     state = state_of(req)
-    if state is None:
-        return None
-    return DllmView(block_size=state.block_size, prompt_blocks_left=0, denoise_rounds=state.denoise_rounds,
-                    prompt_words=state.words, prompt_lines=state.lines, rounds_run=state.rounds_run,
-                    shared_rounds=state.shared_rounds, longest_wait=state.longest_wait)
+    return None if state is None else state.view(prompt_blocks_left=0)
 
 
 class DllmRounds:
@@ -143,8 +135,7 @@ class DllmRounds:
             self.on_arrival(req)
             state = state_of(req)
         assert state is not None
-        return dataclasses.replace(request_view(req), dllm=dllm_view(
-            req, state, self.block_size, self.mask_id, self.round, admitted))
+        return request_view(req, dllm=dllm_view(req, state, self.mask_id, self.round, admitted))
 
     def fetch(self) -> None:
         """Replace ``_fetch_waiting_reqs``: decide the round's order, fill free slots."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from policies.views import RequestView
+from policies.views import DllmView, RequestView
 from server.sglang.scheduling.capture import features_of
 
 #: Attributes the adapter stamps on each ``Req``: arrival order and the
@@ -23,8 +23,9 @@ def stamp_arrival(req: Any, prefill_clock: int = 0) -> None:
         setattr(req, ARRIVAL_CLOCK_ATTR, prefill_clock)
 
 
-def request_view(req: Any) -> RequestView:
-    """A ``RequestView`` of an SGLang ``Req`` (after prefix matching)."""
+def request_view(req: Any, dllm: DllmView | None = None) -> RequestView:
+    """A ``RequestView`` of an SGLang ``Req`` (after prefix matching); ``dllm``:
+    its block-round progress, for a diffusion LM's round host."""
     num_output = len(req.output_ids)
     return RequestView(
         rid=req.rid,
@@ -38,4 +39,5 @@ def request_view(req: Any) -> RequestView:
         priority=req.priority,
         session_id=getattr(req, "session_id", None),
         features=features_of(req),
+        dllm=dllm,
     )
