@@ -143,11 +143,14 @@ def shaped(settings: BenchSettings) -> tuple[Trace, CostModel]:
     return prepare_trace(settings, sim_settings)[0], cost
 
 
-def time_scale(w: Workload, window: tuple[int, int], rho: float, gpu: bool = False) -> float:
+def time_scale(w: Workload, window: tuple[int, int], rho: float, gpu: bool = False,
+               block_s: float = BLOCK_S) -> float:
     """``trace.time_scale`` that offers ``rho`` of the device's block throughput (module docs;
-    ``gpu``: full rounds of ``ROUND_BLOCKS`` blocks on the roofline, each over ``GPU_CONTEXT`` tokens)."""
+    ``gpu``: full rounds of ``ROUND_BLOCKS`` blocks on the roofline, each over ``GPU_CONTEXT`` tokens;
+    else ``block_s`` seconds per block)."""
     trace, cost = shaped(settings_of(window_overrides(w, window, 1.0, gpu)))
-    block_s = RooflineRoundCost(cost, 4).round_time([GPU_CONTEXT] * ROUND_BLOCKS) / ROUND_BLOCKS if gpu else BLOCK_S
+    if gpu:
+        block_s = RooflineRoundCost(cost, 4).round_time([GPU_CONTEXT] * ROUND_BLOCKS) / ROUND_BLOCKS
     work = sum(tiny_live_rounds(r.input_tokens, r.output_tokens, 4) for r in trace.requests) * block_s
     return float(f"{work / (rho * (window[1] - window[0])):.4g}")
 

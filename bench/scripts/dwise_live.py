@@ -13,6 +13,13 @@ the same round capacity), **DWISE** (``+policy=dwise`` as configured) and
 **DWISE, no cap** (its estimators alone, ``policy.cap_by_max_new_tokens=false``). The
 same request list is simulated with the same overrides.
 
+The load is the live server's: before the replay, the stock server's round
+time is measured (``measure_round_cost``: bursts of 1 … ``ROUND_BLOCKS``
+equal requests whose round count is known, wall time / rounds, a line fitted
+through the four) and both the time scale (``--load`` of the full-round block
+throughput) and the simulated twins' ``cpu_tiny`` cost use that fit, not the
+committed table's 30 ms per block (measured on a busier machine).
+
 NOTE: the random-weight model never stops before ``max_new_tokens``, so each
 request's ``max_new_tokens`` is its true length and DWISE's cap by it is exact
 here: the live DWISE row is an upper bound on what its estimators earn.
@@ -21,15 +28,22 @@ here: the live DWISE row is an upper bound on what its estimators earn.
 from __future__ import annotations
 
 import argparse
+import json
+import random
 import re
+import statistics
 import time
 from typing import Any
+
+import httpx
+import numpy as np
 
 from bench.config import compose_bench, resolve_bench
 from bench.live.server import ServerProcess
 from bench.run import run_bench
 from bench.scripts.common import add_output_args, git_commit
 from bench.scripts.dwise import DWISE_YAML, ROUND_BLOCKS, WORKLOADS, row_overrides, run, time_scale, window_overrides
+from bench.sim.dllm import tiny_live_rounds
 
 NO_CAP = "policy.cap_by_max_new_tokens=false"
 # row -> (the server's overrides, the simulated twin's extra overrides)
@@ -39,6 +53,35 @@ ROWS = {
     "DWISE, no cap": (["model=sdar_tiny", "+policy=dwise", NO_CAP, "sglang.sleep_on_idle=true"], [NO_CAP]),
 }
 BEGIN, END = "<!-- live:begin (kept by bench.scripts.dwise once filled) -->", "<!-- live:end -->"
+
+
+#: The probe's requests: prompt and output tokens (16 generated blocks of 4: ~85 rounds each).
+PROBE_PROMPT, PROBE_OUTPUT, PROBE_REPS, BLOCK_SIZE = 8, 64, 3, 4
+
+
+def measure_round_cost(base_url: str, seed: int = 0) -> tuple[float, float, dict[int, float]]:
+    """``(base_s, block_s, {blocks: median round s})`` of the stock server.
+
+    ``k`` equal fresh requests in one ``/generate`` call run in lockstep (stock
+    admits all ``k <= ROUND_BLOCKS``), so every round carries ``k`` blocks and
+    the call takes their known round count times the round time (plus one HTTP
+    round trip, under 2 % of ~85 rounds)."""
+    rng = random.Random(seed)
+    rounds = tiny_live_rounds(PROBE_PROMPT, PROBE_OUTPUT, BLOCK_SIZE)
+    per_k: dict[int, float] = {}
+    with httpx.Client(timeout=300) as http:
+        for k in range(1, ROUND_BLOCKS + 1):
+            times = []
+            for _ in range(PROBE_REPS):
+                ids = [[rng.randrange(1000, 40000) for _ in range(PROBE_PROMPT)] for _ in range(k)]
+                t = time.perf_counter()
+                r = http.post(base_url + "/generate", json={
+                    "input_ids": ids, "sampling_params": {"max_new_tokens": PROBE_OUTPUT, "ignore_eos": True}})
+                r.raise_for_status()
+                times.append((time.perf_counter() - t) / rounds)
+            per_k[k] = statistics.median(times)
+    block_s, base_s = np.polyfit(list(per_k), list(per_k.values()), 1)
+    return max(float(base_s), 0.0), float(block_s), per_k
 
 
 def e2e(summary: dict[str, Any], key: str) -> float:
@@ -54,24 +97,46 @@ def main() -> None:
     commit, t0 = git_commit(), time.perf_counter()
     w = WORKLOADS[0]
     window = (w.report[0], w.report[0] + args.seconds)
-    scale = time_scale(w, window, args.load)
-    base = window_overrides(w, window, scale)
-    live_base = [o for o in base if not o.startswith("sim.")] + ["live.api=generate"]
-    params = {"max_wait_rounds": float(DWISE_YAML["max_wait_rounds"]), "prior_rounds": float(DWISE_YAML["prior_rounds"])}
+    params = {
+        "max_wait_rounds": float(DWISE_YAML["max_wait_rounds"]),
+        "prior_rounds": float(DWISE_YAML["prior_rounds"]),
+    }
     out: dict[str, dict[str, Any]] = {}
+    base: list[str] = []
+    live_base: list[str] = []
+    cost: dict[str, Any] = {}
     for row, (server_args, sim_extra) in ROWS.items():
         folder = args.results / re.sub(r"\W+", "_", row).strip("_").lower()
         folder.mkdir(parents=True, exist_ok=True)
         with ServerProcess(server_args, folder / "server.log") as server:
-            live = run_bench(resolve_bench(compose_bench([*live_base, f"live.endpoint={server.base_url}"])),
-                             folder / "live")
+            if not base:  # NOTE: the first row is stock: its server sets the replay's load and cost
+                base_s, block_s, per_k = measure_round_cost(server.base_url)
+                full_block_s = base_s / ROUND_BLOCKS + block_s
+                cost = {"base_s": base_s, "block_s": block_s, "per_k": per_k, "full_block_s": full_block_s}
+                print(f"[{time.perf_counter() - t0:5.0f} s] round = {base_s * 1e3:.1f} ms + {block_s * 1e3:.1f} ms "
+                      f"x blocks (measured {', '.join(f'{k}: {v * 1e3:.1f}' for k, v in per_k.items())} ms)",
+                      flush=True)
+                scale = time_scale(w, window, args.load, block_s=full_block_s)
+                base = [o for o in window_overrides(w, window, scale) if not o.startswith("sim.dllm.round_block_s")]
+                base += [f"sim.dllm.round_base_s={base_s:.4g}", f"sim.dllm.round_block_s={block_s:.4g}"]
+                live_base = [o for o in base if not o.startswith("sim.")] + ["live.api=generate"]
+            live = run_bench(
+                resolve_bench(compose_bench([*live_base, f"live.endpoint={server.base_url}"])), folder / "live"
+            )
+            # NOTE: the same probe after the replay: what a round costs on this row's host (policy included)
+            rounds_s = measure_round_cost(server.base_url, seed=1)[2]
         sim = run(row_overrides(base, "stock" if row == "stock" else "dwise", params, None) + sim_extra)
         if live["summary"]["requests"] != sim["summary"]["requests"]:
             raise AssertionError(f"{row}: live and simulated request lists differ")
-        out[row] = {"live": live["summary"], "sim": sim["summary"], "server": server_args}
-        print(f"[{time.perf_counter() - t0:5.0f} s] {row}: live mean E2E {e2e(live['summary'], 'mean'):.2f} s, "
-              f"simulated {e2e(sim['summary'], 'mean'):.2f} s", flush=True)
-    body = render(out, base, args, commit, time.perf_counter() - t0)
+        out[row] = {"live": live["summary"], "sim": sim["summary"], "server": server_args, "rounds_s": rounds_s}
+        print(
+            f"[{time.perf_counter() - t0:5.0f} s] {row}: live mean E2E {e2e(live['summary'], 'mean'):.2f} s, "
+            f"simulated {e2e(sim['summary'], 'mean'):.2f} s",
+            flush=True,
+        )
+    (args.results / "dwise_live.json").write_text(json.dumps({"commit": commit, "cost": cost, "base": base,
+                                                              "rows": out}, indent=1, default=str))
+    body = render(out, base, cost, args, commit, time.perf_counter() - t0)
     text = args.out.read_text()
     text = re.sub(re.escape(BEGIN) + r"\n.*?\n" + re.escape(END), lambda _: f"{BEGIN}\n{body}\n{END}", text,
                   flags=re.S)
@@ -79,8 +144,8 @@ def main() -> None:
     print(body)
 
 
-def render(out: dict[str, dict[str, Any]], base: list[str], args: argparse.Namespace, commit: str,
-           wall_s: float) -> str:
+def render(out: dict[str, dict[str, Any]], base: list[str], cost: dict[str, Any], args: argparse.Namespace,
+           commit: str, wall_s: float) -> str:
     n = out["stock"]["live"]["requests"]
     lines = [
         "## Live CPU replay (Azure conversation window, tiny SDAR)", "",
@@ -90,18 +155,28 @@ def render(out: dict[str, dict[str, Any]], base: list[str], args: argparse.Names
         f"`python -m server {' '.join(out['DWISE']['server'])}` for DWISE; token-id prompts over `/generate`, "
         "`max_new_tokens` = each request's trace length, `ignore_eos`), and simulated on the same request list: "
         f"`python -m bench {' '.join(o for o in base if o != 'output.progress=false')}` (+ the row's overrides "
-        "as in the table above). The random model never stops early, so `max_new_tokens` is each request's true "
+        "as in the table above). "
+        f"**Load and cost are the live server's:** its round time, measured first on the stock server (bursts of "
+        f"1–{ROUND_BLOCKS} equal requests, wall time / known rounds: "
+        f"{', '.join(f'{k} blocks {v * 1e3:.1f} ms' for k, v in cost['per_k'].items())}), fits "
+        f"{cost['base_s'] * 1e3:.1f} ms + {cost['block_s'] * 1e3:.1f} ms per block; the time scale offers "
+        f"{args.load:g} of the full-round ({ROUND_BLOCKS}-block) throughput, and the simulated twins use the fit "
+        "(the table above uses 30 ms per block, from a busier machine: there the same window is much more loaded). "
+        "The random model never stops early, so `max_new_tokens` is each request's true "
         "length and DWISE's cap by it is exact: the live DWISE row is an upper bound on its estimators' worth. "
         f"**DWISE, no cap** (`{NO_CAP}`) ranks by its estimators alone: the arrival regression (learned online "
-        "from this run's finished requests, words and lines from the prompt text live; the simulator has tokens "
-        "only), as a client that sets no useful `max_tokens` would see it.", "",
-        "| row | live mean / p99 E2E | simulated mean / p99 E2E | live TTFT p50 |",
-        "|---|---|---|---|",
+        "from this run's finished requests; live it also reads the words and lines of the decoded prompt, "
+        "here synthetic token ids; the simulator has tokens only), as a client that sets no useful `max_tokens` would see it. "
+        "The last column is the same probe run on each row's server after its replay: what one round costs "
+        "there, the host's ordering included.", "",
+        "| row | live mean / p99 E2E | simulated mean / p99 E2E | live TTFT p50 | live round, 1 / 4 blocks |",
+        "|---|---|---|---|---|",
     ]
     for row, r in out.items():
         lines.append(f"| {row} | {e2e(r['live'], 'mean'):.2f} / {e2e(r['live'], 'p99'):.2f} s | "
                      f"{e2e(r['sim'], 'mean'):.2f} / {e2e(r['sim'], 'p99'):.2f} s | "
-                     f"{float(r['live']['ttft_s']['p50']):.2f} s |")
+                     f"{float(r['live']['ttft_s']['p50']):.2f} s | "
+            f"{r['rounds_s'][1] * 1e3:.1f} / {r['rounds_s'][ROUND_BLOCKS] * 1e3:.1f} ms |")
     d, s = out["DWISE"], out["stock"]
     lines += ["", f"Live, DWISE vs stock: mean {e2e(d['live'], 'mean') / e2e(s['live'], 'mean') - 1:+.0%}, "
               f"p99 {e2e(d['live'], 'p99') / e2e(s['live'], 'p99') - 1:+.0%}; simulated: mean "
