@@ -71,6 +71,8 @@ TABLES: tuple[Table, ...] = (
     Table("router", ("bench.scripts.router",), ("router.md",)),
     Table("dwise", ("bench.scripts.dwise",), ("dwise.md",)),
     Table("dwise_estimators", ("bench.scripts.dwise_fit",), ("dwise_estimators.json",), live=True),
+    # NOTE: after ``dwise``: fills the live section of the file ``dwise`` writes (which keeps it)
+    Table("dwise_live", ("bench.scripts.dwise_live",), ("dwise.md",), live=True),
     Table("order_overhead", ("bench.scripts.order_overhead",), ("order_overhead.md",)),
     Table("cache_overhead", ("bench.scripts.cache_overhead",), ("cache_overhead.md",)),
     Table("validation", ("bench.scripts.validate_sim",), ("validation.md",), live=True),
