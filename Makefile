@@ -21,8 +21,12 @@ lint: $(STAMP)
 # `make test` lints first: a lint or type error stops it before pytest.
 # NOTE: the CPU model runs with one OpenMP thread in tests: two threads are slower
 # when the other core is busy with the test client and the HF reference.
+# NOTE: TEST_WORKERS pytest-xdist workers (one per core here): a live test mostly
+# waits on one single-threaded server, so two run side by side; a module (its
+# server) stays on one worker (the scheduler in tests/conftest.py). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 test: lint
-	OMP_NUM_THREADS=1 $(PY) -m pytest $(ARGS)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) $(ARGS)
 
 install: $(STAMP)
 
