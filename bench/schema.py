@@ -221,6 +221,14 @@ class DllmRounds(enum.Enum):
     """Assumed: weights of 2..``block_size + 1`` rounds per block (``sim.dllm.rounds_table``)."""
 
 
+#: ``cpu_tiny``'s round time, ``base + block x blocks``: the tiny random SDAR's CPU server (fp32,
+#: one thread) on a quiet machine, timed by ``bench.scripts.dwise_live``'s probe (bursts of 1..4
+#: equal requests of known round count): 13.1 ms + 3.3 ms per block (1 / 4 blocks: 15-17 / 24-27 ms
+#: over three runs). docs/dwise-notes.md §3.2's first probe, on a busy machine, gave ~30 ms per block.
+CPU_TINY_BASE_S = 0.013
+CPU_TINY_BLOCK_S = 0.0033
+
+
 class DllmRoundCost(enum.Enum):
     """Seconds per dLLM round (``bench/sim/dllm/cost.py``)."""
 
@@ -250,10 +258,10 @@ class DllmSimConfig:
     """``table`` only: weights of 2, 3, ..., ``block_size + 1`` rounds for a full block."""
     round_cost: DllmRoundCost = DllmRoundCost.cpu_tiny
     """How long a round takes (see ``DllmRoundCost``)."""
-    round_base_s: float = 0.0
-    """``cpu_tiny``: fixed seconds per round."""
-    round_block_s: float = 0.030
-    """``cpu_tiny``: seconds per block in the round (~30 ms measured, docs/dwise-notes.md §3.2)."""
+    round_base_s: float = CPU_TINY_BASE_S
+    """``cpu_tiny``: fixed seconds per round (measured, ``CPU_TINY_BASE_S``)."""
+    round_block_s: float = CPU_TINY_BLOCK_S
+    """``cpu_tiny``: seconds per block in the round (measured, ``CPU_TINY_BLOCK_S``)."""
     max_new_tokens: int | None = None
     """Every request's ``max_new_tokens`` (longer trace outputs are cut to it; shorter
     ones stop at their length, as at EOS); null = each request's own output length."""

@@ -28,7 +28,8 @@ NOTE: the slots hold KV for ``slots`` requests while a round runs
 ``round_blocks`` of them: with ``slots > round_blocks`` a short arrival starts
 at once instead of waiting for a slot behind long requests. Stock SGLang runs
 every admitted request each round (capacity = slots = ``max_running_requests``,
-default 1); compare at equal round capacity (``round_blocks``).
+default 1); compare with stock at its best ``max_running_requests`` and at equal round
+capacity (``round_blocks``), as bench/results/dwise.md does.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from policies.views import DllmView, RequestView
 class DwisePolicy:
     """DWISE scheduling of a diffusion LM's block rounds (see module docs)."""
 
-    def __init__(self, slots: int = 8, round_blocks: int = 4, max_wait_rounds: int = 8,
+    def __init__(self, slots: int = 32, round_blocks: int = 16, max_wait_rounds: int = 8,
                  prior_rounds: float = 128.0, forgetting: float = 0.999, online: bool = True,
                  arrival_head_path: str | None = None, refiner_path: str | None = None,
                  record_hidden_state: bool = False, cap_by_max_new_tokens: bool = True) -> None:

@@ -56,4 +56,5 @@ def test_mismatched_kinds_are_refused_naming_the_reason(overrides, message):
 
 def test_dwise_parameters_are_checked_at_composition():
     with pytest.raises(ConfigError, match="round_blocks"):
-        resolve(compose(["server.device=cpu", "model=sdar_tiny", "+policy=dwise", "policy.round_blocks=9"]))
+        resolve(compose(["server.device=cpu", "model=sdar_tiny", "+policy=dwise", "policy.slots=8",
+                                 "policy.round_blocks=9"]))

@@ -35,7 +35,7 @@ def order(policy: DwisePolicy, *requests: RequestView) -> list[str]:
 
 
 def test_dwise_is_a_diffusion_only_scheduling_policy_that_learns():
-    policy = DwisePolicy()
+    policy = DwisePolicy(slots=8, round_blocks=4)
     assert isinstance(policy, SchedulingPolicy) and isinstance(policy, ObservesFinished)
     assert policy.needs.diffusion and not policy.needs.autoregressive
     assert (policy.needs.dllm_slots, policy.needs.dllm_round_blocks) == (8, 4)

@@ -7,11 +7,13 @@ its blocks (and, for the roofline, each block's context), never on their kind.
 ============ ==================================================================
 profile      based on
 ============ ==================================================================
-``cpu_tiny`` measured (docs/dwise-notes.md §3.2, probe round times on the tiny
-             random SDAR, fp32, one thread, shared CPU): medians 29 / 56 / 98 ms
-             for 1 / 2 / 3 requests, about linear, ~30 ms per block (the
-             151,680-row LM head and torch-native attention's per-sequence loop
-             dominate). Default ``base 0 + 0.030 s x blocks``. Noisy upper bounds.
+``cpu_tiny`` measured on the tiny random SDAR's CPU server (fp32, one
+             thread): ``bench.scripts.dwise_live``'s probe on a quiet machine,
+             13.1 ms + 3.3 ms per block (1 / 4 blocks: 15-17 / 24-27 ms over
+             three runs), so most of a round is a fixed cost and a round of few
+             blocks wastes part of it. Default ``0.013 + 0.0033 s x blocks``
+             (``bench.schema.CPU_TINY_*``). The first probe (docs/dwise-notes.md
+             §3.2, a busy shared machine) gave ~30 ms per block through 0.
 ``roofline`` an ASSUMPTION for a GPU: ``bench/sim/cost.py``'s roofline
              (``accelerator``, ``model_profile``) for one forward over the
              round's blocks, each ``B`` new tokens over its request's context.
@@ -28,10 +30,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from bench.schema import CPU_TINY_BASE_S, CPU_TINY_BLOCK_S
 from bench.sim.cost import CostModel
-
-#: ``cpu_tiny``: seconds per block (linear fit through the origin of §3.2's medians: 31 ms; rounded).
-CPU_TINY_BLOCK_S = 0.030
 
 
 class RoundCost(Protocol):
@@ -45,7 +45,7 @@ class RoundCost(Protocol):
 class LinearRoundCost:
     """``base_s + block_s * blocks`` (the ``cpu_tiny`` profile's form)."""
 
-    def __init__(self, base_s: float = 0.0, block_s: float = CPU_TINY_BLOCK_S) -> None:
+    def __init__(self, base_s: float = CPU_TINY_BASE_S, block_s: float = CPU_TINY_BLOCK_S) -> None:
         if base_s < 0 or block_s < 0 or base_s + block_s <= 0:
             raise ValueError("round cost needs base_s >= 0, block_s >= 0 and a positive round time")
         self.base_s = base_s
