@@ -1,6 +1,6 @@
 """DWISE vs SGLang's stock dLLM scheduling vs an oracle, in the dLLM simulator -> ``bench/results/dwise.md``.
 
-    python -m bench.scripts.dwise                 # ~10 min on one core
+    python -m bench.scripts.dwise                 # ~3 min on one core
     python -m bench.scripts.dwise --out /tmp/d.md
 
 The dLLM simulator (``bench/sim/dllm``, ``sim.dllm.enabled=true``): SGLang
@@ -47,7 +47,7 @@ scenarios) of DWISE's mean E2E / stock's, among settings whose E2E p99 stays
 within ``P99_SLACK`` x stock's in every tuning scenario (if none does, the
 lowest worst-case p99 ratio); means within ``TIE`` of the lowest count as
 equal, and among equals the current value stays (a coordinate moves only for
-a gain), else the sweep's first (the smaller round, the stronger aging)
+a gain), else the sweep's first (the smaller round, the stronger aging).
 
 Estimator rank quality: Spearman of DWISE's arrival estimate (its regression
 on the prompt, learning online as in the run, read when the request is first
