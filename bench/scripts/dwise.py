@@ -70,7 +70,7 @@ from bench.scripts.dwise_report import render
 from bench.scripts.dwise_setup import (
     BEST_STOCK_SLOTS,
     CLIENT_CAP,
-    DWISE_YAML,
+    CONFIGURED,
     GPU_LOAD,
     LOADS,
     P99_SLACK,
@@ -110,7 +110,7 @@ def tune(progress: Any) -> dict[str, Any]:
         progress(f"tuning stock, {n} slots: mean E2E " + ", ".join(f"{e2e(r, 'mean'):.2f}" for r in runs) + " s")
     best = min(STOCK_SLOTS_SWEEP, key=lambda n: float(np.mean([np.log(e2e(r, "mean")) for r in stock_sweep[n]])))
     stock = stock_sweep[best]
-    params: dict[str, float] = {k: float(DWISE_YAML[k]) for k in PARAMS}
+    params: dict[str, float] = dict(CONFIGURED)
     done: dict[tuple[float, ...], list[dict[str, Any]]] = {}
     met: dict[str, bool] = {}
     coords: tuple[tuple[str, tuple[Any, ...]], ...] = (
@@ -137,9 +137,12 @@ def cell_of(w: Workload, rho: float, gpu: bool, chosen: dict[str, Any]) -> dict[
     params = chosen["params"]
     scale = time_scale(w, w.report, rho, gpu=gpu)
     base = window_overrides(w, w.report, scale, gpu=gpu)
-    slots = {"stock": {"slots": chosen["stock_slots"]}, "stock_eq": {"slots": params["round_blocks"]}}
+    # row -> (row_overrides' row, its params)
+    rows = {"stock": ("stock", {"slots": chosen["stock_slots"]}), "stock_eq": ("stock", {"slots": params["round_blocks"]}),
+            "dwise": ("dwise", params), "oracle": ("oracle", params)}
+    assert tuple(rows) == ROWS
     return {"workload": w.name, "rho": rho, "scale": scale, "cap": None, "gpu": gpu, "base": base,
-            **{row: run(row_overrides(base, row.removesuffix("_eq"), slots.get(row, params), None)) for row in ROWS}}
+            **{row: run(row_overrides(base, kind, p, None)) for row, (kind, p) in rows.items()}}
 
 
 def main() -> None:
@@ -178,9 +181,8 @@ def main() -> None:
     previous = args.out.read_text() if args.out.exists() else ""
     args.out.write_text(render(table, chosen, commit, wall, previous))
     print(f"wrote {args.out} ({wall / 60:.1f} min)")
-    configured = {k: float(DWISE_YAML[k]) for k in PARAMS}
-    if {k: float(v) for k, v in params.items()} != configured:
-        print(f"NOTE: conf/policy/dwise.yaml holds {configured}; the tuning split chose {params}")
+    if {k: float(v) for k, v in params.items()} != CONFIGURED:
+        print(f"NOTE: conf/policy/dwise.yaml holds {CONFIGURED}; the tuning split chose {params}")
     if chosen["stock_slots"] != BEST_STOCK_SLOTS:
         print(f"NOTE: BEST_STOCK_SLOTS is {BEST_STOCK_SLOTS}; the tuning split chose {chosen['stock_slots']}")
 

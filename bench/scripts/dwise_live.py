@@ -48,10 +48,10 @@ from bench.schema import CPU_TINY_BASE_S, CPU_TINY_BLOCK_S
 from bench.scripts.common import add_output_args, git_commit
 from bench.scripts.dwise_setup import (
     BEST_STOCK_SLOTS,
-    DWISE_YAML,
+    CONFIGURED,
     LOAD_BLOCKS,
-    PARAMS,
     WORKLOADS,
+    load_block_s,
     row_overrides,
     run,
     time_scale,
@@ -61,16 +61,15 @@ from bench.sim.dllm import tiny_live_rounds
 
 NO_CAP = "policy.cap_by_max_new_tokens=false"
 SERVER = ("model=sdar_tiny", "sglang.sleep_on_idle=true")
-#: DWISE as configured (conf/policy/dwise.yaml); its twin gets the same values.
-DWISE_PARAMS = {k: float(DWISE_YAML[k]) for k in PARAMS}
-EQUAL = int(DWISE_PARAMS["round_blocks"])
+EQUAL = int(CONFIGURED["round_blocks"])
 # row -> (the server's overrides, the simulated twin's row and params, its extra overrides)
 ROWS: dict[str, tuple[list[str], tuple[str, dict[str, float]], list[str]]] = {
     "stock, best": ([*SERVER, f"sglang.max_running_requests={BEST_STOCK_SLOTS}"],
                     ("stock", {"slots": BEST_STOCK_SLOTS}), []),
     "stock, equal capacity": ([*SERVER, f"sglang.max_running_requests={EQUAL}"], ("stock", {"slots": EQUAL}), []),
-    "DWISE": ([*SERVER, "+policy=dwise"], ("dwise", DWISE_PARAMS), []),
-    "DWISE, no cap": ([*SERVER, "+policy=dwise", NO_CAP], ("dwise", DWISE_PARAMS), [NO_CAP]),
+    # NOTE: the servers run DWISE as configured; its twins get the same values (CONFIGURED)
+    "DWISE": ([*SERVER, "+policy=dwise"], ("dwise", CONFIGURED), []),
+    "DWISE, no cap": ([*SERVER, "+policy=dwise", NO_CAP], ("dwise", CONFIGURED), [NO_CAP]),
 }
 BEGIN, END = "<!-- live:begin (kept by bench.scripts.dwise once filled) -->", "<!-- live:end -->"
 
@@ -127,14 +126,14 @@ def main() -> None:
         with ServerProcess(server_args, folder / "server.log") as server:
             if not base:  # NOTE: the first row is stock's: its server sets the replay's load and cost
                 base_s, block_s, per_k = measure_round_cost(server.base_url)
-                full_block_s = base_s / LOAD_BLOCKS + block_s
+                full_block_s = load_block_s(base_s, block_s)
                 cost = {"base_s": base_s, "block_s": block_s, "per_k": per_k, "full_block_s": full_block_s}
                 print(f"[{time.perf_counter() - t0:5.0f} s] round = {base_s * 1e3:.1f} ms + {block_s * 1e3:.1f} ms "
                       f"x blocks (measured {', '.join(f'{k}: {v * 1e3:.1f}' for k, v in per_k.items())} ms)",
                       flush=True)
                 scale = time_scale(w, window, args.load, block_s=full_block_s)
-                base = [o for o in window_overrides(w, window, scale) if not o.startswith("sim.dllm.round_b")]
-                base += [f"sim.dllm.round_base_s={base_s:.4g}", f"sim.dllm.round_block_s={block_s:.4g}"]
+                fit = (float(f"{base_s:.4g}"), float(f"{block_s:.4g}"))
+                base = window_overrides(w, window, scale, cpu_cost=fit)
                 live_base = [o for o in base if not o.startswith("sim.")] + ["live.api=generate"]
             live = run_bench(
                 resolve_bench(compose_bench([*live_base, f"live.endpoint={server.base_url}"])), folder / "live"

@@ -28,11 +28,16 @@ from policies.scheduling.rounds import denoise_rounds_bound
 DWISE_YAML = yaml.safe_load((REPO_ROOT / "conf" / "policy" / "dwise.yaml").read_text())
 #: The unit of load (module docs): full rounds of this many blocks; a block's share of one.
 LOAD_BLOCKS = 4
-LOAD_BLOCK_S = CPU_TINY_BASE_S / LOAD_BLOCKS + CPU_TINY_BLOCK_S
+
+
+def load_block_s(base_s: float, block_s: float) -> float:
+    """A block's share of a full round of ``LOAD_BLOCKS`` blocks under ``base_s + block_s x blocks``."""
+    return base_s / LOAD_BLOCKS + block_s
+
+
+LOAD_BLOCK_S = load_block_s(CPU_TINY_BASE_S, CPU_TINY_BLOCK_S)
 SHAPE = ("live.output_scale=0.125", "live.max_input_tokens=1024", "live.max_output_tokens=128")
 COMMON = ("sim.dllm.enabled=true", "sim.dllm.rounds_per_block=tiny_live", "output.progress=false")
-CPU = ("sim.dllm.round_cost=cpu_tiny", f"sim.dllm.round_base_s={CPU_TINY_BASE_S:g}",
-       f"sim.dllm.round_block_s={CPU_TINY_BLOCK_S:g}")
 #: The GPU-ish section: bench/sim/cost.py's roofline on the bench defaults (an assumption, docs/dwise.md).
 GPU = ("sim.dllm.round_cost=roofline", "accelerator=h100", "model_profile=llama-3.1-8b")
 GPU_LOAD = 0.9
@@ -117,9 +122,13 @@ def time_scale(w: Workload, window: tuple[int, int], rho: float, gpu: bool = Fal
     return float(f"{work / (rho * (window[1] - window[0])):.4g}")
 
 
-def window_overrides(w: Workload, window: tuple[int, int], scale: float, gpu: bool = False) -> list[str]:
+def window_overrides(w: Workload, window: tuple[int, int], scale: float, gpu: bool = False,
+                     cpu_cost: tuple[float, float] = (CPU_TINY_BASE_S, CPU_TINY_BLOCK_S)) -> list[str]:
+    """A window's overrides; ``cpu_cost`` = ``cpu_tiny``'s (base_s, block_s) unless ``gpu``."""
+    cpu = ("sim.dllm.round_cost=cpu_tiny", f"sim.dllm.round_base_s={cpu_cost[0]:g}",
+           f"sim.dllm.round_block_s={cpu_cost[1]:g}")
     return [*w.overrides, f"trace.window_start_s={window[0]}", f"trace.window_end_s={window[1]}",
-            f"trace.time_scale={scale:g}", *COMMON, *(GPU if gpu else CPU)]
+            f"trace.time_scale={scale:g}", *COMMON, *(GPU if gpu else cpu)]
 
 
 def row_overrides(base: list[str], row: str, params: dict[str, Any], cap: int | None) -> list[str]:
@@ -162,4 +171,6 @@ def e2e(r: dict[str, Any], key: str) -> float:
 
 
 PARAMS = ("slots", "round_blocks", "max_wait_rounds", "prior_rounds")
+#: DWISE's tuned parameters as conf/policy/dwise.yaml holds them.
+CONFIGURED = {k: float(DWISE_YAML[k]) for k in PARAMS}
 ROWS = ("stock", "stock_eq", "dwise", "oracle")
