@@ -16,7 +16,7 @@ module                  job
 ``sim/``                the simulator: scheduler loop, prefill budget, radix
                         prefix cache, running batch, roofline cost model, the
                         synchronous-forward token clock (``overlap``); binds
-                        each kind (``BINDINGS``); imports nothing of ``live/``
+                        each kind (``binding``); imports nothing of ``live/``
 ``metrics``             pure metric functions over per-request records (TTFT,
                         TPOT, ITL, E2E, goodput, hit rate, windows)
 ``report``              results folder: JSON, markdown, CSV, PNG plots

@@ -29,6 +29,7 @@ from bench.schema import (
     register_bench_schemas,
 )
 from bench.traces.paths import resolve_data_root
+from compose.compat import ModelInHost, ModelKind, check_model_fit
 from compose.config import ConfigError, compose, one_line
 from compose.specs import PolicySpec, build_policy, describe_policies, specs_from_config
 
@@ -139,31 +140,36 @@ def _check_live(s: BenchSettings) -> None:
                           "live.warmup_requests >= 0")
 
 
+def simulated_model(s: BenchSettings) -> ModelInHost:
+    """The simulated model, in the words the simulator's errors use (``sim.dllm.enabled``)."""
+    if not s.sim.dllm.enabled:
+        return ModelInHost(ModelKind.autoregressive, "the simulator runs an autoregressive model",
+                           "an autoregressive model", "add sim.dllm.enabled=true")
+    # NOTE: the simulator's rounds are algorithm-agnostic (no dllm_algorithm to refuse by)
+    return ModelInHost(ModelKind.diffusion, "sim.dllm.enabled simulates a diffusion LM",
+                       "a diffusion LM (sim.dllm.enabled)", "add sim.dllm.enabled=true")
+
+
 def _check_dllm(s: BenchSettings) -> None:
-    """One-line errors for a policy made for the other kind of model, and for
-    what the dLLM simulator (``sim.dllm.enabled``) does not model."""
+    """One-line errors for a kind the simulated model refuses (``compose.compat``, as the
+    server checks them), and for what the dLLM simulator (``sim.dllm.enabled``) does not model."""
     dllm = s.sim.dllm
-    policy = s.build("policy") if "policy" in s.policies and not s.is_live else None
-    target = s.policies["policy"].target if policy is not None else ""
+    if not s.is_live:
+        # NOTE: a live replay measures the server's own scheduling; it chooses no policy here
+        check_model_fit(simulated_model(s), s.policies)
+    policy = s.policies["policy"].needs_of() if "policy" in s.policies and not s.is_live else None
     if not dllm.enabled:
-        if policy is not None and not policy.needs.autoregressive:
-            raise ConfigError(f"+policy ({target}) schedules a diffusion LM's block rounds, but the simulator "
-                              "runs an autoregressive model: add sim.dllm.enabled=true")
         if dllm.oracle:
             raise ConfigError("sim.dllm.oracle needs sim.dllm.enabled=true and +policy=dwise")
         return
     if s.is_live:
         return  # NOTE: a live replay measures the server's own scheduling; sim.* is not read
-    if policy is not None and not policy.needs.diffusion:
-        raise ConfigError(f"+policy ({target}) orders an autoregressive model's prefill queue, but "
-                          "sim.dllm.enabled simulates a diffusion LM, whose requests take block rounds: use "
-                          "+policy=dwise, +policy=fcfs (SGLang's stock dLLM order) or no +policy")
     others = [f"+{g}=" for g in s.policies if g != "policy"]
     if others or s.sim.replicas != 1:
         what = ", ".join(others) or f"sim.replicas={s.sim.replicas}"
         raise ConfigError(f"{what} is not simulated with sim.dllm.enabled (SGLang's dLLM rounds: one server, "
                           "no admission gate, adapters or cache policy)")
-    if dllm.oracle and (policy is None or policy.needs.sglang_native is not None):
+    if dllm.oracle and (policy is None or policy.sglang_native is not None):
         raise ConfigError("sim.dllm.oracle orders DWISE's rounds by the hidden truth: it needs +policy=dwise")
     if dllm.block_size < 1 or not 0.0 <= dllm.confidence <= 1.0:
         raise ConfigError("sim.dllm.block_size must be >= 1 and sim.dllm.confidence in [0, 1]")

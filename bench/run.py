@@ -13,14 +13,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from bench.config import BenchSettings
-from bench.metrics import RequestRecord, Slo, Timeline, hit_rate, summarize, windows
+from bench.metrics import RequestRecord, Slo, Timeline, summarize, windows
 from bench.report import write_results
 from bench.sim import CostModel, SimSettings, TimelineSampler, build_simulator, records_of
-from bench.sim.adapters import AdapterMix, AdapterSlotTable
-from bench.sim.cluster import Cluster, ClusterSampler
+from bench.sim.binding import Scope, sim_parts
+from bench.sim.cluster_run import simulate_cluster
 from bench.sim.overlap import IterationLog, client_visible
 from bench.traces import Trace, load_trace
 from bench.traces.shape import Shape, ShapedTrace, ShapeError, shape_trace
@@ -117,7 +115,7 @@ def run_bench(settings: BenchSettings, out_dir: Path | None = None,
             "mode": "live" if settings.is_live else "sim",
             "trace": trace.name, "trace_source": trace.source, "trace_notes": list(trace.notes),
             "accelerator": settings.accelerator.name, "model": settings.model_profile.name,
-            "policies": {g: s.to_json() for g, s in settings.policies.items()},
+            "policies": {g: s.chosen() for g, s in settings.policies.items()},
             "shape": None if shaped is None else {
                 **asdict(shape_of(settings)), "block_size": trace.block_size,
                 "max_total_tokens": shaped.max_total_tokens,
@@ -141,32 +139,26 @@ def run_bench(settings: BenchSettings, out_dir: Path | None = None,
     return result
 
 
-def adapter_slots(settings: BenchSettings) -> tuple[AdapterSlotTable | None, AdapterMix | None]:
-    """The simulator's adapter slots and request mix (``+adapters``, ``sim.adapters_*``)."""
-    sim = settings.sim
-    spec = settings.policies.get("adapters")
-    if spec is None:
-        if sim.adapters_count:
-            raise ConfigError("sim.adapters_count needs +adapters (the slots' eviction order and size)")
-        return None, None
-    table = AdapterSlotTable(settings.build("adapters"), spec.host_settings().max_per_batch, sim.adapter_load_s)
-    mix = AdapterMix(sim.adapters_count, sim.adapters_zipf_s, sim.adapters_base_share, sim.adapters_seed) \
-        if sim.adapters_count else None
-    return table, mix
-
-
 def _simulate(settings: BenchSettings, trace: Trace, cost: CostModel, sim_settings: SimSettings,
               show: bool) -> tuple[list[RequestRecord], Timeline, dict[str, Any]]:
     log.info("bench: KV pool %d tokens, %d request slots", sim_settings.capacity,
              sim_settings.max_running_requests)
-    if "router" in settings.policies or settings.sim.replicas != 1:
-        return _simulate_cluster(settings, trace, cost, sim_settings, show)
+    gateway = sim_parts(settings, Scope.gateway)
+    if gateway.router is not None or settings.sim.replicas != 1:
+        bar = _Progress(len(trace.requests), show, desc=f"{trace.name} x{settings.sim.replicas}")
+        try:
+            return simulate_cluster(settings, gateway, trace, cost, sim_settings, bar)
+        finally:
+            bar.close()
+    parts = sim_parts(settings, Scope.replica)
+    if settings.sim.adapters_count and parts.adapters is None:
+        raise ConfigError("sim.adapters_count needs +adapters (the slots' eviction order and size)")
     sync = settings.accelerator.synchronous_forward
     iterations = IterationLog(cost) if sync else None
-    slots, mix = adapter_slots(settings)
     sim = build_simulator(trace, iterations if iterations is not None else cost, sim_settings,
-                          order=settings.build("policy"), eviction=settings.build("cache"),
-                          admission=settings.build("admission"), adapters=slots, adapter_mix=mix)
+                          order=parts.order, eviction=parts.eviction, admission=parts.admission,
+                          adapters=parts.adapters, adapter_mix=parts.adapter_mix,
+                          observers=parts.observers)
     if iterations is not None:
         iterations.clock = lambda: sim.now
     sampler = TimelineSampler(settings.metrics.timeline_dt_s)
@@ -204,7 +196,8 @@ def _simulate_dllm(settings: BenchSettings, trace: Trace, cost: CostModel, sim_s
 
     bar = _Progress(len(trace.requests), show, desc=f"{trace.name} (dLLM)")
     try:
-        records, timeline, meta, _ = simulate(trace, settings.sim.dllm, cost, settings.build("policy"),
+        order = sim_parts(settings, Scope.replica).order
+        records, timeline, meta, _ = simulate(trace, settings.sim.dllm, cost, order,
                                               settings.sim.max_running_requests, settings.metrics.timeline_dt_s,
                                               sim_settings.capacity, on_final=bar)
     finally:
@@ -213,59 +206,6 @@ def _simulate_dllm(settings: BenchSettings, trace: Trace, cost: CostModel, sim_s
              meta["round_blocks"], meta["rounds"])
     # NOTE: "iterations" are dLLM rounds here (the summary's wording is shared)
     return records, timeline, {"dllm": meta, "iterations": meta["rounds"], "simulated_s": meta["simulated_s"]}
-
-
-def _simulate_cluster(settings: BenchSettings, trace: Trace, cost: CostModel, sim_settings: SimSettings,
-                      show: bool) -> tuple[list[RequestRecord], Timeline, dict[str, Any]]:
-    """``sim.replicas`` simulators behind ``+router`` (``bench/sim/cluster.py``);
-    each replica builds its own policy objects (they keep per-server state)."""
-    n = settings.sim.replicas
-    if n < 1:
-        raise ConfigError(f"sim.replicas must be >= 1, got {n}")
-    if "router" not in settings.policies:
-        raise ConfigError(f"sim.replicas={n} needs +router=<option> (the gateway's routing policy)")
-    if settings.sim.adapters_count or "adapters" in settings.policies:
-        raise ConfigError("+adapters is not simulated behind +router yet")
-    sync = settings.accelerator.synchronous_forward
-    logs = [IterationLog(cost) if sync else None for _ in range(n)]
-    sims = [build_simulator(trace, it if it is not None else cost, sim_settings,
-                            order=settings.build("policy"), eviction=settings.build("cache"),
-                            admission=settings.build("admission")) for it in logs]
-    cluster = Cluster(trace, sims, settings.build("router"), seed=settings.sim.router_seed,
-                      key=settings.sim.routing_key)
-    sampler = ClusterSampler(cluster, settings.metrics.timeline_dt_s)
-    bar = _Progress(len(trace.requests), show, desc=f"{trace.name} x{n}")
-    for sim, it in zip(sims, logs, strict=True):
-        sim.on_sample, sim.on_final = sampler, bar
-        if it is not None:
-            it.clock = (lambda s: lambda: s.now)(sim)
-    try:
-        cluster.run()
-    finally:
-        bar.close()
-    per_replica = []
-    for sim, it in zip(sims, logs, strict=True):
-        recs = records_of(sim)
-        per_replica.append(client_visible(recs, it) if it is not None else recs)
-    records = cluster.merged(per_replica)
-    rows = np.array(sampler.rows, dtype=np.float64).reshape(-1, 5)
-    timeline = Timeline(t=rows[:, 0].copy(), waiting=rows[:, 1].astype(int), running=rows[:, 2].astype(int),
-                        kv_used=rows[:, 3].astype(np.int64), kv_cached=rows[:, 4].astype(np.int64),
-                        capacity=n * sim_settings.capacity)
-    meta = {
-        "sim": asdict(sim_settings), "replicas": n, "routing_key": settings.sim.routing_key.value,
-        "router_branches": dict(cluster.branches), "cluster": cluster,
-        "per_replica": [{
-            "url": url, "requests": len(recs), "prefix_hit_rate": hit_rate(recs),
-            "iterations": sim.num_iterations, "simulated_s": sim.now,
-            "evicted_tokens": sim.cache.num_evicted_tokens,
-        } for url, sim, recs in zip(cluster.urls, sims, per_replica, strict=True)],
-        "iterations": sum(s.num_iterations for s in sims), "simulated_s": max(s.now for s in sims),
-        "evicted_tokens": sum(s.cache.num_evicted_tokens for s in sims),
-        "token_times": "as clients see them (synchronous forward: one iteration late)" if sync
-        else "iteration ends",
-    }
-    return records, timeline, meta
 
 
 def _live(settings: BenchSettings, trace: Trace,

@@ -1,10 +1,15 @@
 """The kinds registry: every policy kind, as the hosts and the config see it.
 
-A kind is one config group (``+<group>=<option>``), one package under
-``policies/`` holding its Protocol, its Needs dataclass and its views and
-decisions, and optionally a schema of *host settings* that live under the same
-group but belong to the deployment, not to the policy (``cache.host_tier_tokens``).
-Adding a kind is ``docs/adding-a-kind.md``; ``tests/config/test_kinds.py``
+A kind is one config group (``+<group>=<option>``), one package holding its
+Protocol, its Needs dataclass and its views and decisions (``policies/<kind>/``
+for Switchboard's own), optionally a schema of *host settings* that live under
+the same group but belong to the deployment, not to the policy
+(``cache.host_tier_tokens``), and one binding in each host: the server's
+(``server/sglang/<seam>/binding.py``: SGLang's launch arguments, refusals and
+hooks) and the simulator's (``bench/sim/bindings.py``). The hosts loop over
+``kinds()``; none of them names a kind.
+
+Adding a kind is ``docs/adding-a-kind.md``; ``tests/seams/test_kinds.py``
 checks that every kind here has all of its parts and a binding in both hosts.
 """
 
@@ -19,7 +24,7 @@ from compose.schema import AdaptersHostConfig, CacheHostConfig, RouterHostConfig
 
 @dataclass(frozen=True)
 class Kind:
-    """One policy kind: its config group, its package, Protocol and Needs."""
+    """One policy kind: its config group, its contract and its two bindings."""
 
     group: str
     """Config group (``+<group>=<option>``)."""
@@ -29,28 +34,77 @@ class Kind:
     """Name of the Protocol class in that package."""
     needs: str
     """Name of the frozen Needs dataclass in that package (a policy's ``needs``)."""
+    server_binding: str
+    """``module:object`` of the kind's server binding (``server.sglang.launch.binding.ServerBinding``)."""
+    sim_binding: str
+    """``module:object`` of the kind's simulator binding (``bench.sim.binding.SimBinding``)."""
     host_settings: type | None = None
     """Dataclass of the host settings that share the group (``None``: none)."""
+    module: str | None = None
+    """Dotted module of the contract when it is not ``policies.<package>`` (a kind kept outside
+    Switchboard's tree, e.g. a test's); its options' classes live under it."""
+
+    @property
+    def contract_module(self) -> str:
+        """Dotted module holding the Protocol and the Needs (options live below it)."""
+        return self.module or f"policies.{self.package}"
 
     def protocol_class(self) -> type[Any]:
         """The kind's Protocol class."""
-        cls: type[Any] = getattr(importlib.import_module(f"policies.{self.package}"), self.protocol)
+        cls: type[Any] = getattr(importlib.import_module(self.contract_module), self.protocol)
         return cls
 
     def needs_class(self) -> type[Any]:
         """The kind's Needs dataclass."""
-        cls: type[Any] = getattr(importlib.import_module(f"policies.{self.package}"), self.needs)
+        cls: type[Any] = getattr(importlib.import_module(self.contract_module), self.needs)
         return cls
 
 
-#: Every policy kind, in the order hosts apply them.
+def load_binding(target: str) -> Any:
+    """The object a ``module:object`` binding path names."""
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+#: Switchboard's own kinds, in the order hosts apply them.
 KINDS: tuple[Kind, ...] = (
-    Kind("policy", "scheduling", "SchedulingPolicy", "SchedulingNeeds"),
-    Kind("cache", "cache", "EvictionPolicy", "EvictionNeeds", host_settings=CacheHostConfig),
-    Kind("admission", "admission", "AdmissionPolicy", "AdmissionNeeds"),
-    Kind("adapters", "adapters", "AdaptersPolicy", "AdaptersNeeds", host_settings=AdaptersHostConfig),
-    Kind("router", "router", "RouterPolicy", "RouterNeeds", host_settings=RouterHostConfig),
+    Kind("policy", "scheduling", "SchedulingPolicy", "SchedulingNeeds",
+         "server.sglang.scheduling.order_binding:BINDING", "bench.sim.bindings:SCHEDULING"),
+    Kind("cache", "cache", "EvictionPolicy", "EvictionNeeds",
+         "server.sglang.cache.binding:BINDING", "bench.sim.bindings:CACHE", host_settings=CacheHostConfig),
+    Kind("admission", "admission", "AdmissionPolicy", "AdmissionNeeds",
+         "server.sglang.scheduling.admission_binding:BINDING", "bench.sim.bindings:ADMISSION"),
+    Kind("adapters", "adapters", "AdaptersPolicy", "AdaptersNeeds",
+         "server.sglang.adapters.binding:BINDING", "bench.sim.bindings:ADAPTERS",
+         host_settings=AdaptersHostConfig),
+    Kind("router", "router", "RouterPolicy", "RouterNeeds",
+         "server.cluster.binding:BINDING", "bench.sim.cluster_run:BINDING", host_settings=RouterHostConfig),
 )
 
-#: Kinds by config group.
+#: Every registered kind by config group, in the order hosts apply them
+#: (Switchboard's own, then those added with ``register_kind``).
 KIND_BY_GROUP: dict[str, Kind] = {k.group: k for k in KINDS}
+
+
+def kinds() -> tuple[Kind, ...]:
+    """Every registered kind, in the order hosts apply them."""
+    return tuple(KIND_BY_GROUP.values())
+
+
+def register_kind(kind: Kind) -> None:
+    """Add ``kind`` to the registry (the public call a kind outside ``compose/`` uses).
+
+    NOTE: registration is per process. A server kind must be registered in
+    every process SGLang starts, i.e. at import of a module the plugin loads;
+    a kind registered twice must be the same kind."""
+    known = KIND_BY_GROUP.get(kind.group)
+    if known is not None and known != kind:
+        raise ValueError(f"kind group '{kind.group}' is already registered ({known.package})")
+    KIND_BY_GROUP[kind.group] = kind
+
+
+def unregister_kind(group: str) -> None:
+    """Remove a kind added with ``register_kind`` (Switchboard's own stay)."""
+    if any(k.group == group for k in KINDS):
+        raise ValueError(f"'{group}' is one of Switchboard's own kinds")
+    KIND_BY_GROUP.pop(group, None)

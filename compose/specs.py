@@ -1,10 +1,12 @@
 """Chosen policies as plain data, validated and instantiated in one place.
 
 A ``PolicySpec`` is what crosses process boundaries (JSON): the config group,
-the ``_target_`` class path, its parameters and the host settings that share
-the group (``compose.kinds.Kind.host_settings``). ``build_policy`` is the only
-way a spec becomes an object: in the launcher (to validate at startup), in
-every SGLang process (through the plugin) and in the simulator.
+the ``_target_`` class path, its parameters, the host settings that share
+the group (``compose.kinds.Kind.host_settings``) and the policy's needs, read
+once when the config is composed. ``build_policy`` is the only way a spec
+becomes an object: in the launcher (to validate at startup), in every SGLang
+process (through the plugin) and in the simulator. Hosts read a policy's
+needs from ``PolicySpec.needs_of``, never by building the policy again.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import pydantic
 from omegaconf import DictConfig, OmegaConf
 
 from compose.config import ConfigError
-from compose.kinds import KIND_BY_GROUP, KINDS
+from compose.kinds import KIND_BY_GROUP, kinds
 from compose.schema import moved_key_message
 
 
@@ -38,15 +40,38 @@ class PolicySpec:
     host: dict[str, Any] = field(default_factory=dict)
     """Host settings under the same group (validated by the kind's
     ``host_settings`` dataclass; read them with ``host_settings``)."""
+    needs: dict[str, Any] | None = None
+    """The policy's needs as plain data (``dataclasses.asdict`` of its Needs), filled in
+    by ``with_needs`` when the config is composed; read them with ``needs_of``."""
 
-    def to_json(self) -> dict[str, Any]:
+    def chosen(self) -> dict[str, Any]:
+        """What the config chose (group, class, parameters, host settings), as JSON data."""
         return {"group": self.group, "target": self.target, "params": dict(self.params),
                 "host": dict(self.host)}
+
+    def to_json(self) -> dict[str, Any]:
+        """The whole spec (``chosen`` and the needs), as JSON data (``from_json`` reads it)."""
+        return {**self.chosen(), "needs": self.needs}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PolicySpec:
         return cls(data["group"], data["target"], dict(data.get("params", {})),
-                   dict(data.get("host", {})))
+                   dict(data.get("host", {})), data.get("needs"))
+
+    def with_needs(self) -> PolicySpec:
+        """This spec with its policy's needs read (the policy is built once, here)."""
+        needs = build_policy(self).needs
+        return dataclasses.replace(self, needs=dataclasses.asdict(needs))
+
+    def needs_of(self) -> Any:
+        """The policy's Needs dataclass, from the data read at composition.
+
+        NOTE: a spec made without ``with_needs`` (by hand) has none to read:
+        that is a host bug, not a config mistake, so it raises ``ValueError``."""
+        if self.needs is None:
+            raise ValueError(f"{self.group}: spec of {self.target} carries no needs (use with_needs)")
+        cls = KIND_BY_GROUP[self.group].needs_class()
+        return pydantic.TypeAdapter(cls).validate_python(self.needs)
 
     def host_settings(self) -> Any:
         """The kind's host-settings object (``None`` for a kind without any)."""
@@ -57,7 +82,7 @@ class PolicySpec:
 def specs_from_config(cfg: DictConfig) -> dict[str, PolicySpec]:
     """Validated specs of the kinds chosen in ``cfg`` (absent kinds: none)."""
     specs: dict[str, PolicySpec] = {}
-    for kind in KINDS:
+    for kind in kinds():
         node = cfg.get(kind.group)
         if node is None:
             continue
@@ -68,8 +93,8 @@ def specs_from_config(cfg: DictConfig) -> dict[str, PolicySpec]:
         params = typing.cast(dict[str, Any], data)
         target = str(params.pop("_target_"))
         spec = PolicySpec(kind.group, target, params, _host_settings(kind.group, kind.host_settings, params))
-        build_policy(spec)  # NOTE: validates types and the Protocol at startup
-        specs[kind.group] = spec
+        # NOTE: building validates types and the Protocol at startup, and reads the needs once
+        specs[kind.group] = spec.with_needs()
     return specs
 
 
@@ -111,9 +136,9 @@ def policy_class(spec: PolicySpec) -> type[Any]:
     if kind is None:
         raise ConfigError(f"unknown policy group '{spec.group}'")
     module_name, _, cls_name = spec.target.rpartition(".")
-    if not module_name.startswith(f"policies.{kind.package}."):
+    if not module_name.startswith(f"{kind.contract_module}."):
         raise ConfigError(
-            f"{spec.group}._target_: {spec.target} is not a policies.{kind.package} class"
+            f"{spec.group}._target_: {spec.target} is not a {kind.contract_module} class"
         )
     try:
         cls: type[Any] = getattr(importlib.import_module(module_name), cls_name)
@@ -162,7 +187,7 @@ def _validated_params(spec: PolicySpec, cls: type[Any]) -> dict[str, Any]:
 def describe_policies(policies: Mapping[str, PolicySpec]) -> list[str]:
     """One log line per policy kind: the chosen class and parameters, or SGLang's built-in."""
     lines = []
-    for kind in KINDS:
+    for kind in kinds():
         spec = policies.get(kind.group)
         what = " ".join([spec.target] + [str(d) for d in (spec.params, spec.host) if d]) \
             if spec else "sglang built-in"

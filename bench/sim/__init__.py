@@ -12,11 +12,16 @@ module                    mirrors (SGLang 0.5.23)
 ``cost.CostModel``        the GPU (roofline per forward pass)
 ``cluster.Cluster``       SMG, the gateway, in front of N replicas (``+router``)
 ========================= =====================================================
+
+Each kind attaches its policy through its simulator binding
+(``compose.kinds.Kind.sim_binding``; the contract in ``binding.py``, the
+server-side kinds in ``bindings.py``, the gateway's in ``cluster_run.py``).
 """
 
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -35,18 +40,7 @@ from policies.cache.lru import LruPolicy
 from policies.feedback import ObservesFinished
 from policies.scheduling import SchedulingPolicy
 
-#: Where the simulator binds each policy kind (``compose.kinds.KINDS``):
-#: ``module:object`` that hands the kind's policy its views and applies its
-#: decisions. NOTE: a new kind adds its binding here (``docs/adding-a-kind.md``).
-BINDINGS: dict[str, str] = {
-    "policy": "bench.sim.queue:WaitingQueue",
-    "cache": "bench.sim.cache:PrefixCache",
-    "admission": "bench.sim.admission:AdmissionGate",
-    "adapters": "bench.sim.adapters:AdapterSlotTable",
-    "router": "bench.sim.cluster:Cluster",
-}
-
-__all__ = ["BINDINGS", "CostModel", "SimSettings", "Simulator", "SimulationError", "TimelineSampler",
+__all__ = ["CostModel", "SimSettings", "Simulator", "SimulationError", "TimelineSampler",
            "build_simulator", "records_of"]
 
 
@@ -54,11 +48,13 @@ def build_simulator(trace: Trace, cost: CostModel, settings: SimSettings, *,
                     order: SchedulingPolicy | None = None,
                     eviction: EvictionPolicy | None = None,
                     admission: AdmissionPolicy | None = None,
-                    adapters: AdapterSlotTable | None = None, adapter_mix: AdapterMix | None = None) -> Simulator:
+                    adapters: AdapterSlotTable | None = None, adapter_mix: AdapterMix | None = None,
+                    observers: Sequence[ObservesFinished] = ()) -> Simulator:
     """A simulator for ``trace``; a kind left ``None`` behaves as stock SGLang
     (queue kept in arrival order, LRU eviction, every request admitted, no
     adapters). With ``settings.host_tier_tokens > 0`` the cache gets a host tier
-    of that size; with ``adapters``, requests carry ``adapter_mix``'s adapters."""
+    of that size; with ``adapters``, requests carry ``adapter_mix``'s adapters.
+    ``observers`` are told of every finished request after ``order`` and ``admission``."""
     policy = eviction if eviction is not None else LruPolicy()
     cache = PrefixCache(max(trace.block_size, 1), policy, host_tier_tokens=settings.host_tier_tokens,
                         host_bandwidth_gbs=settings.host_bandwidth_gbs)
@@ -66,9 +62,10 @@ def build_simulator(trace: Trace, cost: CostModel, settings: SimSettings, *,
                          native_queue_limit=settings.native_queue_limit,
                          touch=settings.touch_waiting, builtin_lru=eviction is None)
     cache.touch_waiting = queue.touch_every_pass
-    observers = [p for p in (order, admission) if isinstance(p, ObservesFinished)]
+    # NOTE: the order's and the gate's feedback first, as the server's scheduler feeds them
+    told = [p for p in (order, admission) if isinstance(p, ObservesFinished)] + list(observers)
     return Simulator(trace, cost, settings, queue=queue, cache=cache, admission=admission,
-                     observers=observers, adapters=adapters, adapter_mix=adapter_mix)
+                     observers=told, adapters=adapters, adapter_mix=adapter_mix)
 
 
 class TimelineSampler:

@@ -16,7 +16,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from compose.config import ConfigError, group_options
 from compose.schema import ClusterConfig, Discovery
-from compose.specs import build_policy
 from server.cluster.gateway import GatewayPlan, gateway_plan, selector_terms
 from server.resolve import LaunchPlan
 
@@ -93,7 +92,7 @@ def resolve_cluster(cfg: DictConfig, plan: LaunchPlan) -> ClusterPlan | None:
     if spec is None:
         return None
     port = int(cfg.server.port)
-    gateway = functools.partial(gateway_plan, build_policy(spec).needs, spec.host_settings(),
+    gateway = functools.partial(gateway_plan, spec.needs_of(), spec.host_settings(),
                                 host=str(cfg.server.host), port=port, log_level=str(cfg.server.log_level),
                                 grace_s=plan.shutdown_grace_s, model_name=str(cfg.model.name))
     if cluster.discovery is Discovery.kubernetes:

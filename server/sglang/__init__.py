@@ -22,15 +22,3 @@ they run before SGLang is importable (in the supervisor and in
 #: The SGLang release this adapter is written and contract-tested against.
 SGLANG_VERSION = "0.5.23"
 
-#: Where the server binds each policy kind (``compose.kinds.KINDS``):
-#: ``module:object`` that hands the kind's policy its views and applies its
-#: decisions inside SGLang, or, for routing, starts SGLang's gateway (SMG) with
-#: the policy's needs (``server/cluster``). NOTE: a new kind adds its binding
-#: here (``docs/adding-a-kind.md``).
-BINDINGS: dict[str, str] = {
-    "policy": "server.sglang.scheduling.ordering:SwitchboardSchedulePolicy",
-    "cache": "server.sglang.cache.eviction:PolicyEvictionStrategy",
-    "admission": "server.sglang.scheduling.gate:AdmissionGate",
-    "adapters": "server.sglang.adapters.slot_eviction:PolicySlotEviction",
-    "router": "server.cluster.gateway:gateway_plan",
-}

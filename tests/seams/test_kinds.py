@@ -6,9 +6,7 @@ Adding a kind is ``docs/adding-a-kind.md``; this test fails until every step is 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
-from typing import Any
 
 import pytest
 
@@ -17,18 +15,11 @@ from tests.seams import sglang_env  # noqa: F401  (installs the sgl_kernel stub)
 # isort: split
 # NOTE: everything below may import SGLang: the stub must be in place first.
 
-import bench.sim
-import server.sglang
+from bench.sim.binding import SimBinding, sim_binding
 from compose.config import CONF_DIR, compose, group_options
 from compose.kinds import KINDS, Kind
 from compose.specs import build_policy, specs_from_config
-
-HOSTS = {"server": server.sglang.BINDINGS, "simulator": bench.sim.BINDINGS}
-
-
-def resolve(target: str) -> Any:
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)
+from server.sglang.launch.binding import ServerBinding, server_binding
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.group)
@@ -58,10 +49,17 @@ def test_every_option_builds_a_policy_of_its_kind_with_its_needs(kind: Kind):
         assert isinstance(policy.needs, kind.needs_class()), f"{spec.target}.needs"
 
 
-@pytest.mark.parametrize("host", sorted(HOSTS))
-def test_both_hosts_bind_every_kind_and_nothing_else(host: str):
-    bindings = HOSTS[host]
-    assert set(bindings) == {k.group for k in KINDS}, f"{host}: bindings {sorted(bindings)}"
-    for group, target in bindings.items():
-        obj = resolve(target)
-        assert inspect.isclass(obj) or callable(obj), f"{host} binding of {group}: {target}"
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.group)
+def test_both_hosts_bind_every_kind_with_an_object_of_the_contract(kind: Kind):
+    server, sim = server_binding(kind), sim_binding(kind)
+    assert isinstance(server, ServerBinding) and isinstance(sim, SimBinding)
+    for binding in (server, sim):
+        assert not inspect.isclass(binding), f"{kind.group}: a binding is an object, not a class"
+        assert type(binding).__doc__, f"{kind.group}: {type(binding).__name__} needs a docstring"
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.group)
+def test_every_option_carries_its_needs_as_data(kind: Kind):
+    for option in group_options(kind.group):
+        spec = specs_from_config(compose([f"+{kind.group}={option}"]))[kind.group]
+        assert spec.needs_of() == build_policy(spec).needs, f"{spec.target}: needs read at composition"

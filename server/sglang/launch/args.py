@@ -15,15 +15,11 @@ import difflib
 import json
 from typing import Any
 
+from compose.compat import ModelInHost, ModelKind, check_model_fit
 from compose.config import ConfigError
-from compose.specs import build_policy
+from compose.kinds import kinds
 from server.resolve import LaunchPlan
-
-#: ``--radix-eviction-policy`` value that selects Switchboard's eviction seam.
-EVICTION_STRATEGY_NAME = "switchboard"
-#: ``--radix-cache-backend`` of the gap cache (= ``server.sglang.cache.gap_cache.GAP_CACHE_BACKEND``;
-#: not imported from there: that module imports torch and SGLang's cache).
-GAP_CACHE_BACKEND = "switchboard_gap"
+from server.sglang.launch.binding import LaunchFields, chosen, server_binding
 
 
 class _RaisingParser(argparse.ArgumentParser):
@@ -32,58 +28,15 @@ class _RaisingParser(argparse.ArgumentParser):
 
 
 def sglang_fields(plan: LaunchPlan) -> dict[str, Any]:
-    """ServerArgs fields: the plan's, plus what the chosen policies and device imply."""
+    """ServerArgs fields: the plan's, plus what the chosen kinds' bindings and the device imply.
+
+    NOTE: the model-kind rules (``compose.compat``) run first, so a refused
+    pair is named before any binding adds a flag for it."""
     fields = dict(plan.sglang)
-
-    def require(name: str, value: Any, why: str) -> None:
-        if name in fields and fields[name] not in (None, value):
-            raise ConfigError(f"sglang.{name}={fields[name]} conflicts with {why} (needs {value})")
-        fields[name] = value
-
-    algorithm = fields.get("dllm_algorithm") if plan.is_diffusion else None
-    if algorithm is not None:
-        _diffusion_refusals(plan, str(algorithm))
-    sched = plan.policies.get("policy")
-    if sched is not None:
-        needs = build_policy(sched).needs
-        builtin = needs.sglang_native
-        _check_model_kind(sched.target, needs, algorithm)
-        if algorithm is not None and needs.dllm_slots is not None:
-            # NOTE: SGLang sizes the dLLM slots (DllmManager) and the request pool from it
-            require("max_running_requests", needs.dllm_slots, f"+policy ({sched.target}) slots")
-        if needs.hidden_state_layer is not None or needs.denoise_hidden_state:
-            # NOTE: the feature capture is a forward hook; hooks do not run in CUDA graphs.
-            require("cuda_graph_backend_prefill", "disabled", f"+policy ({sched.target}) capturing hidden states")
-        # Our policies run through SGLang's fcfs slot: the seam re-sorts the queue.
-        require("schedule_policy", builtin or "fcfs", f"+policy ({sched.target})")
-    if "cache" in plan.policies:
-        cache = plan.policies["cache"]
-        interior = build_policy(cache).needs.interior
-        if cache.host_settings().host_tier_tokens and not interior:
-            # NOTE: our host tier lives in the gap cache; a tail-first cache has SGLang's own
-            raise ConfigError(
-                f"cache.host_tier_tokens needs a cache that holds gaps (+cache=penelope); "
-                f"for +cache ({cache.target}) use SGLang's own host tier "
-                "(sglang.enable_hierarchical_cache=true)")
-        if interior:
-            # NOTE: front eviction needs a cache that holds gaps: ours, through
-            # SGLang's cache registry (server/sglang/cache/gap_cache.py); never a
-            # silent fallback to tail-first eviction.
-            why = f"+cache ({cache.target}) freeing history from the front (gap cache)"
-            require("radix_cache_backend", GAP_CACHE_BACKEND, why)
-            require("page_size", 1, why)
-            # NOTE: a gap chunk's checkpoint hands the request its cached tail
-            # before the next chunk is planned; overlap scheduling plans first.
-            require("disable_overlap_schedule", True, why)
-            for flag in ("enable_hierarchical_cache", "speculative_algorithm"):
-                if fields.get(flag):
-                    raise ConfigError(f"sglang.{flag} conflicts with {why}")
-        else:
-            require("radix_eviction_policy", EVICTION_STRATEGY_NAME, "+cache")
-        if fields.get("disable_radix_cache"):
-            raise ConfigError("+cache needs the prefix cache; remove sglang.disable_radix_cache")
-    if "adapters" in plan.policies:
-        _adapter_fields(plan, fields, require)
+    check_model_fit(served_model(plan), plan.policies)
+    launch = LaunchFields(plan, fields)
+    for spec, binding in chosen(plan):
+        binding.launch(spec, launch)
     if plan.device == "cpu":
         # NOTE: CUDA graphs do not exist on CPU.
         fields.setdefault("cuda_graph_backend_decode", "disabled")
@@ -91,85 +44,26 @@ def sglang_fields(plan: LaunchPlan) -> dict[str, Any]:
     return fields
 
 
-def _check_model_kind(target: str, needs: Any, algorithm: str | None) -> None:
-    """Refuse a scheduling policy made for the other kind of model (``algorithm``:
-    the diffusion LM's ``dllm_algorithm``, ``None`` for an autoregressive one),
-    or for this diffusion algorithm, naming why."""
-    diffusion = algorithm is not None
-    if diffusion and not needs.diffusion:
-        raise ConfigError(
-            f"+policy ({target}) orders an autoregressive model's prefill queue, but the served model is a "
-            "diffusion LM (model.dllm_algorithm is set), whose requests take block rounds: use +policy=dwise, "
-            "+policy=fcfs (SGLang's stock dLLM order) or no +policy")
-    if not diffusion and not needs.autoregressive:
-        raise ConfigError(
-            f"+policy ({target}) schedules a diffusion LM's block rounds, but the served model is "
-            "autoregressive (model.dllm_algorithm is null): serve a diffusion LM (e.g. model=sdar_tiny)")
-    if algorithm == "Gemma4Renoise" and needs.sglang_native is None:
-        raise ConfigError(f"+policy ({target}) shares rounds between prompt and denoising blocks; "
-                          "Gemma4Renoise encodes the context in separate forwards")
-
-
-def _diffusion_refusals(plan: LaunchPlan, algorithm: str) -> None:
-    """Kinds that SGLang's dLLM path does not carry, refused by name at startup."""
-    why = f"a diffusion LM (model.dllm_algorithm={algorithm})"
-    if "admission" in plan.policies:
-        # NOTE: the dLLM path builds a plain PrefillAdder and moves the queue head
-        # into its slots without the gate (docs/dwise-notes.md §5): deferral would not hold.
-        raise ConfigError(f"+admission is not supported for {why}: SGLang's dLLM rounds bypass the gate")
-    if "adapters" in plan.policies:
-        raise ConfigError(f"+adapters is not supported for {why}: SGLang disables LoRA on its dLLM path")
-    cache = plan.policies.get("cache")
-    if cache is not None and build_policy(cache).needs.interior:
-        raise ConfigError(f"+cache ({cache.target}) needs page_size 1; {why} pages KV by block")
-
-
-def register_eviction_choice() -> None:
-    from sglang.srt.arg_groups.choices import RADIX_EVICTION_POLICY_CHOICES, add_radix_eviction_policy_choices
-
-    if EVICTION_STRATEGY_NAME not in RADIX_EVICTION_POLICY_CHOICES:
-        add_radix_eviction_policy_choices([EVICTION_STRATEGY_NAME])
+def served_model(plan: LaunchPlan) -> ModelInHost:
+    """The served model, in the words the server's errors use (``model.dllm_algorithm``)."""
+    algorithm = plan.sglang.get("dllm_algorithm") if plan.is_diffusion else None
+    if algorithm is None:
+        return ModelInHost(ModelKind.autoregressive,
+                           "the served model is autoregressive (model.dllm_algorithm is null)",
+                           "an autoregressive model", "serve a diffusion LM (e.g. model=sdar_tiny)")
+    return ModelInHost(ModelKind.diffusion, "the served model is a diffusion LM (model.dllm_algorithm is set)",
+                       f"a diffusion LM (model.dllm_algorithm={algorithm})",
+                       "serve a diffusion LM (e.g. model=sdar_tiny)", str(algorithm))
 
 
 def _parser() -> argparse.ArgumentParser:
     from sglang.srt.server_args import ServerArgs
 
-    register_eviction_choice()
+    for kind in kinds():
+        server_binding(kind).extend_cli()  # NOTE: before SGLang builds its choices
     parser = _RaisingParser(prog="sglang", add_help=False)
     ServerArgs.add_cli_args(parser)
     return parser
-
-
-def _adapter_fields(plan: LaunchPlan, fields: dict[str, Any], require: Any) -> None:
-    """SGLang's LoRA settings from ``+adapters`` (its host settings)."""
-    spec = plan.policies["adapters"]
-    host = spec.host_settings()
-    mixed = build_policy(spec).needs.mixed_methods
-    why = f"+adapters ({spec.target})"
-    if not host.paths and (host.max_rank is None or not host.target_modules):
-        raise ConfigError("adapters: with no adapters.paths, set adapters.max_rank and "
-                          "adapters.target_modules (the slots are sized at startup)")
-    if int(fields.get("tp_size") or 1) > 1 and mixed:
-        raise ConfigError(f"sglang.tp_size={fields['tp_size']} conflicts with {why}: Scute's slots "
-                          "are not sharded (tp_size 1)")
-    require("enable_lora", True, why)
-    require("max_loras_per_batch", host.max_per_batch, why + " (adapters.max_per_batch)")
-    if host.paths:
-        require("lora_paths", [f"{name}={path}" for name, path in host.paths.items()], why + " (adapters.paths)")
-    if host.target_modules:
-        require("lora_target_modules", list(host.target_modules), why + " (adapters.target_modules)")
-    if mixed:
-        # NOTE: SGLang is handed a zero rank-1 LoRA per adapter (the real
-        # values live in Scute's slots) and builds its manager with the scute
-        # backend, which its CLI cannot name: torch_native stands in there.
-        require("max_lora_rank", 1, why)
-        require("lora_backend", "torch_native", why)
-    else:
-        if host.max_rank is not None:
-            require("max_lora_rank", host.max_rank, why + " (adapters.max_rank)")
-        if plan.device == "cpu":
-            # NOTE: SGLang's default (csgmv) dies at warm-up on CPU.
-            require("lora_backend", "torch_native", why + " on CPU")
 
 
 def to_argv(fields: dict[str, Any], parser: argparse.ArgumentParser | None = None) -> list[str]:

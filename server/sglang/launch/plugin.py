@@ -12,8 +12,12 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from server.sglang.launch.env import PLAN_ENV
+
+if TYPE_CHECKING:
+    from server.resolve import LaunchPlan
 
 log = logging.getLogger("switchboard.plugin")
 
@@ -38,50 +42,21 @@ def register() -> None:
     install(LaunchPlan.from_json(Path(plan_path).read_text()))
 
 
-def install(plan) -> None:  # plan: server.resolve.LaunchPlan
-    """Register the hooks ``plan`` needs in this process (idempotent per process)."""
+def install(plan: LaunchPlan) -> None:
+    """Install the chosen kinds in this process through their bindings (idempotent per process)."""
     # NOTE: only processes that run (or launch) SGLang's scheduler import its
     # module; the detokenizer does not, and needs none of these hooks.
     if SCHEDULER_MODULE not in sys.modules:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from compose.specs import build_policy
-    from server.sglang.cache.eviction import install_eviction_policy
+    from server.sglang.launch.binding import SchedulerParts, chosen
     from server.sglang.scheduling.scheduler import scheduler_class
 
-    order = own_order(plan)
-    admission = build_policy(plan.policies["admission"]) if "admission" in plan.policies else None
+    parts = SchedulerParts()
+    for spec, binding in chosen(plan):
+        binding.install(spec, plan, parts)
     # NOTE: always replaced: the KV-fit check on arrival is on whatever the policies.
-    HookRegistry.register(SCHEDULER_TARGET, scheduler_class(order, admission, plan.feedback_log),
+    HookRegistry.register(SCHEDULER_TARGET, scheduler_class(parts.order, parts.admission, plan.feedback_log),
                           HookType.REPLACE)
-    if "cache" in plan.policies:
-        cache_spec = plan.policies["cache"]
-        cache = build_policy(cache_spec)
-        if cache.needs.interior:
-            from server.sglang.cache.gap_cache import register_gap_cache
-
-            # NOTE: --radix-cache-backend switchboard_gap (args.py)
-            register_gap_cache(cache, cache_spec.host_settings().host_tier_tokens)
-        else:
-            install_eviction_policy(cache)
-    if "adapters" in plan.policies:
-        from server.sglang.adapters.hooks import install as install_adapters
-
-        spec = plan.policies["adapters"]
-        install_adapters(build_policy(spec), spec.host_settings())
-    log.info("switchboard plugin: order=%s admission=%s cache=%s adapters=%s",
-             type(order).__name__ if order else "sglang", type(admission).__name__ if admission else "none",
-             plan.policies["cache"].target if "cache" in plan.policies else "sglang",
-             plan.policies["adapters"].target if "adapters" in plan.policies else "none")
-
-
-def own_order(plan):  # -> SchedulingPolicy | None
-    """The scheduling policy to run through the seam, built once (``None``:
-    SGLang's own order, including stock options whose ``needs.sglang_native``
-    just set ``--schedule-policy``)."""
-    from compose.specs import build_policy
-
-    sched = plan.policies.get("policy")
-    order = build_policy(sched) if sched is not None else None
-    return None if order is None or order.needs.sglang_native is not None else order
+    log.info("switchboard plugin: %s", " ".join(parts.installed) or "stock SGLang (no kind chosen)")

@@ -1,0 +1,101 @@
+"""The simulator binding contract: how one kind attaches its policy to the simulator.
+
+Each kind's binding (``compose.kinds.Kind.sim_binding``, ``module:object``) is
+one object with a ``scope`` and an ``attach``. The run (``bench/run.py``)
+builds a ``SimParts`` per simulated server (``Scope.replica``: each replica
+gets its own policy objects, which keep per-server state) and one for the
+gateway in front of them (``Scope.gateway``), by looping over the chosen kinds;
+it never names a kind. A part no chosen kind filled keeps stock SGLang's
+behaviour (``build_simulator``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from compose.kinds import Kind, kinds, load_binding
+
+if TYPE_CHECKING:
+    from bench.config import BenchSettings
+    from bench.sim.adapters import AdapterMix, AdapterSlotTable
+    from compose.specs import PolicySpec
+    from policies.admission import AdmissionPolicy
+    from policies.cache import EvictionPolicy
+    from policies.feedback import ObservesFinished
+    from policies.router import RouterPolicy
+    from policies.scheduling import SchedulingPolicy
+
+
+class Scope(StrEnum):
+    """Where a kind's policy runs in the simulated deployment."""
+
+    replica = "replica"
+    """Inside each simulated SGLang server (one object per replica)."""
+    gateway = "gateway"
+    """In the gateway in front of the replicas (one object per run)."""
+
+
+@dataclass
+class SimParts:
+    """The simulator's seams, as the chosen kinds' bindings fill them.
+
+    NOTE: a ``Scope.replica`` record is built once per simulated server and
+    handed to ``build_simulator``; a ``Scope.gateway`` record once per run."""
+
+    order: SchedulingPolicy | None = None
+    """Queue (or dLLM round) order (``WaitingQueue``; ``None``: SGLang's own)."""
+    eviction: EvictionPolicy | None = None
+    """Prefix-cache eviction order (``PrefixCache``; ``None``: SGLang's LRU)."""
+    admission: AdmissionPolicy | None = None
+    """The arrival gate (``AdmissionGate``; ``None``: every request admitted)."""
+    adapters: AdapterSlotTable | None = None
+    """The LoRA slots (``None``: no adapters)."""
+    adapter_mix: AdapterMix | None = None
+    """Which adapter each request names (``None``: the trace's requests name none)."""
+    observers: list[ObservesFinished] = field(default_factory=list)
+    """Further objects told of every finished request (a kind that only observes)."""
+    router: RouterPolicy | None = None
+    """The gateway's routing policy (``bench.sim.cluster.Cluster``; ``None``: one server)."""
+
+
+@runtime_checkable
+class SimBinding(Protocol):
+    """One kind's binding in the simulator (see the module docstring)."""
+
+    scope: Scope
+    """Which record ``attach`` fills."""
+
+    def attach(self, spec: PolicySpec, settings: BenchSettings, parts: SimParts) -> None:
+        """Build ``spec``'s policy (and what it drives) and set it on ``parts``."""
+        ...
+
+
+def sim_binding(kind: Kind) -> SimBinding:
+    """The kind's simulator binding object, checked against the contract."""
+    binding = load_binding(kind.sim_binding)
+    if not isinstance(binding, SimBinding):
+        raise TypeError(f"{kind.sim_binding} is not a SimBinding (scope, attach)")
+    return binding
+
+
+def sim_parts(settings: BenchSettings, scope: Scope) -> SimParts:
+    """A fresh record of ``scope``, filled by the chosen kinds of that scope (registry order)."""
+    parts = SimParts()
+    for kind in kinds():
+        spec = settings.policies.get(kind.group)
+        if spec is None:
+            continue
+        binding = sim_binding(kind)
+        if binding.scope is scope:
+            binding.attach(spec, settings, parts)
+    return parts
+
+
+def chosen_scopes(settings: BenchSettings) -> set[Scope]:
+    """The scopes of the chosen kinds (whether the run has a gateway)."""
+    return {sim_binding(k).scope for k in kinds() if k.group in settings.policies}
+
+
+__all__ = ["Scope", "SimBinding", "SimParts", "chosen_scopes", "sim_binding", "sim_parts"]

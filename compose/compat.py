@@ -1,0 +1,112 @@
+"""Which kinds and options a model refuses: the rules both hosts check, in one place.
+
+A rule reads the kind's needs (``PolicySpec.needs_of``), never the option's
+name, so a new option is judged by what it needs. Each host describes its model
+in its own words (``ModelInHost``: where the user switches it) and calls
+``check_model_fit`` once, before it builds anything; a host may refuse more
+afterwards for what it does not model (the simulator's dLLM rounds model no
+cache policy), saying so.
+
+``tests/config/test_compat.py`` holds the table of every refused pair.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from compose.config import ConfigError
+from compose.specs import PolicySpec
+
+
+class ModelKind(StrEnum):
+    """How the served model generates (it decides which host path runs)."""
+
+    autoregressive = "autoregressive"
+    """Token by token: SGLang's prefill queue, then decode steps."""
+    diffusion = "diffusion"
+    """Denoising block rounds (a diffusion LM, SGLang's dLLM path)."""
+
+
+@dataclass(frozen=True)
+class ModelInHost:
+    """The served (or simulated) model as one host names it in its errors."""
+
+    kind: ModelKind
+    """What the model is."""
+    described: str
+    """A clause saying so, e.g. ``the served model is autoregressive (model.dllm_algorithm is null)``."""
+    short: str
+    """A noun phrase for it, e.g. ``a diffusion LM (model.dllm_algorithm=LowConfidence)``."""
+    to_diffusion: str
+    """How the user switches to a diffusion LM in this host."""
+    algorithm: str | None = None
+    """The diffusion LM's SGLang ``dllm_algorithm`` (``None``: unknown here, or autoregressive)."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One refused pair: an option of ``group`` on a ``model`` kind, when ``when`` holds."""
+
+    name: str
+    """Short id (test tables name rules by it)."""
+    group: str
+    """The kind's config group."""
+    model: ModelKind
+    """The model kind that refuses it."""
+    when: Callable[[Any], bool]
+    """On the option's Needs: whether this option is refused."""
+    why: str
+    """The error, formatted with ``option`` and the ``ModelInHost`` fields."""
+    algorithm: str | None = None
+    """Only for this diffusion algorithm (``None``: any)."""
+
+
+_TO_ROUNDS = "use +policy=dwise, +policy=fcfs (SGLang's stock dLLM order) or no +policy"
+
+#: Every model-kind refusal, checked by both hosts in this order.
+REFUSALS: tuple[Refusal, ...] = (
+    # NOTE: the dLLM path builds a plain PrefillAdder and moves the queue head
+    # into its slots without the gate (docs/dwise-notes.md §5): deferral would not hold.
+    Refusal("admission-on-rounds", "admission", ModelKind.diffusion, lambda needs: True,
+            "+admission is not supported for {short}: SGLang's dLLM rounds bypass the gate"),
+    Refusal("adapters-on-rounds", "adapters", ModelKind.diffusion, lambda needs: True,
+            "+adapters is not supported for {short}: SGLang disables LoRA on its dLLM path"),
+    Refusal("gaps-on-block-pages", "cache", ModelKind.diffusion, lambda needs: needs.interior,
+            "+cache ({option}) needs page_size 1; {short} pages KV by block"),
+    Refusal("queue-order-on-rounds", "policy", ModelKind.diffusion, lambda needs: not needs.diffusion,
+            "+policy ({option}) orders an autoregressive model's prefill queue, but {described}, "
+            "whose requests take block rounds: " + _TO_ROUNDS),
+    Refusal("rounds-on-tokens", "policy", ModelKind.autoregressive, lambda needs: not needs.autoregressive,
+            "+policy ({option}) schedules a diffusion LM's block rounds, but {described}: {to_diffusion}"),
+    Refusal("shared-rounds-on-renoise", "policy", ModelKind.diffusion,
+            lambda needs: needs.sglang_native is None,
+            "+policy ({option}) shares rounds between prompt and denoising blocks; "
+            "Gemma4Renoise encodes the context in separate forwards", algorithm="Gemma4Renoise"),
+)
+
+
+def refusal_for(model: ModelInHost, spec: PolicySpec) -> str | None:
+    """Why ``model`` refuses ``spec``'s option, or ``None``."""
+    needs = spec.needs_of()
+    for rule in REFUSALS:
+        if rule.group != spec.group or rule.model is not model.kind:
+            continue
+        if rule.algorithm is not None and rule.algorithm != model.algorithm:
+            continue
+        if rule.when(needs):
+            return rule.why.format(option=spec.target, described=model.described, short=model.short,
+                                   to_diffusion=model.to_diffusion)
+    return None
+
+
+def check_model_fit(model: ModelInHost, specs: Mapping[str, PolicySpec]) -> None:
+    """Raise ``ConfigError`` (one line, naming the kind) for the first chosen option ``model`` refuses."""
+    for rule_group in dict.fromkeys(r.group for r in REFUSALS):
+        spec = specs.get(rule_group)
+        if spec is not None:
+            why = refusal_for(model, spec)
+            if why is not None:
+                raise ConfigError(why)

@@ -1,0 +1,82 @@
+"""Server binding of the cache kind (``+cache``): SGLang's prefix cache.
+
+Launch: a tail-first option runs through SGLang's eviction-strategy seam
+(``--radix-eviction-policy switchboard``, ``eviction.py``); an option that
+frees history from the front (``needs.interior``) needs a cache that holds
+gaps: ours, through SGLang's cache registry (``gap_cache.py``), with page size
+1 and no overlap scheduling, never a silent fallback to tail-first eviction.
+Install: the matching one of the two, in every scheduler process.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from compose.config import ConfigError
+from compose.specs import build_policy
+from server.sglang.launch.binding import LaunchFields, SchedulerParts
+
+if TYPE_CHECKING:
+    from compose.specs import PolicySpec
+    from server.resolve import LaunchPlan
+
+#: ``--radix-eviction-policy`` value that selects Switchboard's eviction seam.
+EVICTION_STRATEGY_NAME = "switchboard"
+#: ``--radix-cache-backend`` of the gap cache (= ``server.sglang.cache.gap_cache.GAP_CACHE_BACKEND``;
+#: not imported from there: that module imports torch and SGLang's cache).
+GAP_CACHE_BACKEND = "switchboard_gap"
+
+
+def register_eviction_choice() -> None:
+    """Make ``switchboard`` a valid ``--radix-eviction-policy`` for SGLang's parser."""
+    from sglang.srt.arg_groups.choices import RADIX_EVICTION_POLICY_CHOICES, add_radix_eviction_policy_choices
+
+    if EVICTION_STRATEGY_NAME not in RADIX_EVICTION_POLICY_CHOICES:
+        add_radix_eviction_policy_choices([EVICTION_STRATEGY_NAME])
+
+
+class CacheBinding:
+    """``+cache``: the eviction seam or the gap cache, and the flags each needs."""
+
+    def launch(self, spec: PolicySpec, launch: LaunchFields) -> None:
+        fields = launch.fields
+        interior = spec.needs_of().interior
+        if spec.host_settings().host_tier_tokens and not interior:
+            # NOTE: our host tier lives in the gap cache; a tail-first cache has SGLang's own
+            raise ConfigError(
+                f"cache.host_tier_tokens needs a cache that holds gaps (+cache=penelope); "
+                f"for +cache ({spec.target}) use SGLang's own host tier "
+                "(sglang.enable_hierarchical_cache=true)")
+        if interior:
+            why = f"+cache ({spec.target}) freeing history from the front (gap cache)"
+            launch.require("radix_cache_backend", GAP_CACHE_BACKEND, why)
+            launch.require("page_size", 1, why)
+            # NOTE: a gap chunk's checkpoint hands the request its cached tail
+            # before the next chunk is planned; overlap scheduling plans first.
+            launch.require("disable_overlap_schedule", True, why)
+            for flag in ("enable_hierarchical_cache", "speculative_algorithm"):
+                if fields.get(flag):
+                    raise ConfigError(f"sglang.{flag} conflicts with {why}")
+        else:
+            launch.require("radix_eviction_policy", EVICTION_STRATEGY_NAME, "+cache")
+        if fields.get("disable_radix_cache"):
+            raise ConfigError("+cache needs the prefix cache; remove sglang.disable_radix_cache")
+
+    def install(self, spec: PolicySpec, plan: LaunchPlan, parts: SchedulerParts) -> None:
+        cache = build_policy(spec)
+        if spec.needs_of().interior:
+            from server.sglang.cache.gap_cache import register_gap_cache
+
+            # NOTE: --radix-cache-backend switchboard_gap (launch above)
+            register_gap_cache(cache, spec.host_settings().host_tier_tokens)
+        else:
+            from server.sglang.cache.eviction import install_eviction_policy
+
+            install_eviction_policy(cache)
+        parts.installed.append(f"cache={spec.target}")
+
+    def extend_cli(self) -> None:
+        register_eviction_choice()
+
+
+BINDING = CacheBinding()

@@ -1,0 +1,96 @@
+"""Which kinds and options each model kind refuses (``compose.compat``): the one table.
+
+``REFUSED`` lists every refused pair (a kind's option on a model); the test
+computes the refusals over every option in ``conf/`` and every model and fails
+when they differ, so a new option or rule shows up here. Both hosts check the
+same rules: each rule is then triggered through the server's argument builder
+and through the simulator's settings, naming the same reason.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.config import compose_bench, resolve_bench
+from compose.compat import REFUSALS, ModelInHost, ModelKind, refusal_for
+from compose.config import ConfigError, compose, group_options
+from compose.kinds import kinds
+from compose.specs import specs_from_config
+from server.resolve import resolve
+from server.sglang.launch.args import sglang_fields
+
+pytestmark = pytest.mark.config
+
+#: The models a rule can tell apart: an autoregressive one, and a diffusion LM by SGLang algorithm.
+MODELS = {"autoregressive": (ModelKind.autoregressive, None), "LowConfidence": (ModelKind.diffusion, "LowConfidence"),
+          "Gemma4Renoise": (ModelKind.diffusion, "Gemma4Renoise")}
+DIFFUSION = ("LowConfidence", "Gemma4Renoise")
+#: Autoregressive queue orders of Switchboard's own (no dLLM rounds).
+QUEUE_ORDERS = ("fairway", "leap", "shortest_output", "shortest_prefill", "shortest_prompt")
+#: SGLang's own autoregressive queue orders (``--schedule-policy``), which have no dLLM form.
+STOCK_QUEUE_ORDERS = ("dfs-weight", "lof", "lpm", "shortest-prefill-first", "hrrn")
+
+#: Every refused (group, option, model) and the rule that refuses it; anything else is accepted.
+REFUSED: dict[tuple[str, str, str], str] = {
+    ("policy", "dwise", "autoregressive"): "rounds-on-tokens",
+    ("policy", "dwise", "Gemma4Renoise"): "shared-rounds-on-renoise",
+    **{("policy", o, m): "queue-order-on-rounds" for o in QUEUE_ORDERS + STOCK_QUEUE_ORDERS for m in DIFFUSION},
+    **{("cache", "penelope", m): "gaps-on-block-pages" for m in DIFFUSION},
+    **{("admission", o, m): "admission-on-rounds" for o in ("basin", "max_queue") for m in DIFFUSION},
+    **{("adapters", o, m): "adapters-on-rounds" for o in ("lora", "scute") for m in DIFFUSION},
+}
+
+
+def _rule_of(model: ModelInHost, spec) -> str | None:
+    why = refusal_for(model, spec)
+    if why is None:
+        return None
+    for rule in REFUSALS:
+        fields = dict(option=spec.target, described=model.described, short=model.short,
+                      to_diffusion=model.to_diffusion)
+        if rule.group == spec.group and rule.why.format(**fields) == why:
+            return rule.name
+    raise AssertionError(why)
+
+
+def test_the_table_lists_every_refused_pair_and_only_those():
+    found: dict[tuple[str, str, str], str] = {}
+    for kind in kinds():
+        for option in group_options(kind.group):
+            spec = specs_from_config(compose([f"+{kind.group}={option}"]))[kind.group]
+            for name, (model_kind, algorithm) in MODELS.items():
+                rule = _rule_of(ModelInHost(model_kind, "d", "s", "t", algorithm), spec)
+                if rule is not None:
+                    found[(kind.group, option, name)] = rule
+    assert found == REFUSED
+    assert {r.name for r in REFUSALS} == set(REFUSED.values()), "a rule no option triggers, or an unlisted one"
+
+
+#: One pair per rule, through both hosts: the server's overrides, the simulator's (``None``:
+#: the simulator does not model the algorithm), and the reason both name.
+THROUGH_HOSTS = [
+    ("rounds-on-tokens", ["+policy=dwise"], ["+policy=dwise"], "schedules a diffusion LM's block rounds"),
+    ("queue-order-on-rounds", ["model=sdar_tiny", "+policy=leap"], ["sim.dllm.enabled=true", "+policy=leap"],
+     "orders an autoregressive model's prefill queue"),
+    ("shared-rounds-on-renoise", ["model=sdar_tiny", "+policy=dwise", "model.dllm_algorithm=Gemma4Renoise"],
+     None, "separate forwards"),
+    ("gaps-on-block-pages", ["model=sdar_tiny", "+cache=penelope"], ["sim.dllm.enabled=true", "+cache=penelope"],
+     "pages KV by block"),
+    ("admission-on-rounds", ["model=sdar_tiny", "+admission=basin"], ["sim.dllm.enabled=true", "+admission=basin"],
+     "rounds bypass the gate"),
+    ("adapters-on-rounds", ["model=sdar_tiny", "+adapters=scute"], ["sim.dllm.enabled=true", "+adapters=scute"],
+     "disables LoRA on its dLLM path"),
+]
+
+
+def test_every_rule_is_shown_through_both_hosts():
+    assert {case[0] for case in THROUGH_HOSTS} == {r.name for r in REFUSALS}
+
+
+@pytest.mark.parametrize("rule, server, sim, reason", THROUGH_HOSTS, ids=[c[0] for c in THROUGH_HOSTS])
+def test_both_hosts_refuse_with_the_same_reason(rule, server, sim, reason):
+    with pytest.raises(ConfigError, match=reason):
+        sglang_fields(resolve(compose(["server.device=cpu", *server])))
+    if sim is not None:
+        with pytest.raises(ConfigError, match=reason):
+            resolve_bench(compose_bench(sim))
