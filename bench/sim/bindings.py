@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bench.sim.binding import Scope, SimParts
+from compose.specs import build_policy
 
 if TYPE_CHECKING:
     from bench.config import BenchSettings
@@ -28,7 +29,7 @@ class _OrderBinding:
     scope = Scope.replica
 
     def attach(self, spec: PolicySpec, settings: BenchSettings, parts: SimParts) -> None:
-        parts.order = settings.build(spec.group)
+        parts.order = build_policy(spec)
 
 
 class _CacheBinding:
@@ -37,7 +38,7 @@ class _CacheBinding:
     scope = Scope.replica
 
     def attach(self, spec: PolicySpec, settings: BenchSettings, parts: SimParts) -> None:
-        parts.eviction = settings.build(spec.group)
+        parts.eviction = build_policy(spec)
 
 
 class _AdmissionBinding:
@@ -46,7 +47,7 @@ class _AdmissionBinding:
     scope = Scope.replica
 
     def attach(self, spec: PolicySpec, settings: BenchSettings, parts: SimParts) -> None:
-        parts.admission = settings.build(spec.group)
+        parts.admission = build_policy(spec)
 
 
 class _AdaptersBinding:
@@ -58,7 +59,7 @@ class _AdaptersBinding:
         from bench.sim.adapters import AdapterMix, AdapterSlotTable
 
         sim = settings.sim
-        parts.adapters = AdapterSlotTable(settings.build(spec.group), spec.host_settings().max_per_batch,
+        parts.adapters = AdapterSlotTable(build_policy(spec), spec.host_settings().max_per_batch,
                                           sim.adapter_load_s)
         if sim.adapters_count:
             parts.adapter_mix = AdapterMix(sim.adapters_count, sim.adapters_zipf_s, sim.adapters_base_share,

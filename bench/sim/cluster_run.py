@@ -21,6 +21,7 @@ from bench.sim.cluster import Cluster, ClusterSampler
 from bench.sim.overlap import IterationLog, client_visible
 from bench.traces import Trace
 from compose.config import ConfigError
+from compose.specs import build_policy
 
 if TYPE_CHECKING:
     from bench.config import BenchSettings
@@ -33,7 +34,7 @@ class _RouterBinding:
     scope = Scope.gateway
 
     def attach(self, spec: PolicySpec, settings: BenchSettings, parts: SimParts) -> None:
-        parts.router = settings.build(spec.group)
+        parts.router = build_policy(spec)
 
 
 BINDING = _RouterBinding()

@@ -4,7 +4,7 @@
   environment and CPU ``sgl_kernel`` stand-in (``env``, ``stub``, ``_site``),
   the hook contract (``contract``), the plugin SGLang loads in every process
   (``plugin``) and the launcher (``main``);
-* ``scheduling/`` — inside SGLang's scheduler: arrival checks and admission
+* ``scheduling/`` — inside SGLang's scheduler: its events (``events``, ``state``), arrival checks and admission
   (``scheduler``, ``gate``), queue order (``ordering``, ``queue_columns``,
   ``matching``, ``views``), hidden-state capture and finished-request feedback;
 * ``cache/``      — the prefix cache: the eviction-strategy seam (``eviction``),

@@ -146,6 +146,7 @@ def test_the_scenario_exercises_duplicates_partial_matches_and_full_hits():
 
 def test_views_match_what_the_sglang_adapter_reports():
     """Field by field against ``server.sglang.scheduling.views.request_view`` on the same requests."""
+    from server.sglang.scheduling.state import state_of
     from server.sglang.scheduling.views import request_view
 
     tree = RadixCache.create_simulated()
@@ -158,7 +159,7 @@ def test_views_match_what_the_sglang_adapter_reports():
                 sampling_params=SamplingParams(temperature=0, max_new_tokens=max_new))
         r.arrival_processed_tokens = processed
         r.time_stats.wait_queue_entry_time = entry
-        r._switchboard_arrival_seq = i
+        state_of(r).arrival_seq = i
         reqs.append(r)
     policy = SchedulePolicy("lpm", tree, False, False, False)
     duplicates = policy._compute_prefix_matches(reqs, policy.policy)

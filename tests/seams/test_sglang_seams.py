@@ -198,12 +198,13 @@ def test_block_view_reads_a_real_tree_node():
 
 
 def test_kv_fit_check_rejects_only_what_can_never_fit():
-    from server.sglang.scheduling.scheduler import REQUESTED_MAX_NEW_ATTR, kv_fit_error
+    from server.sglang.scheduling.scheduler import kv_fit_error
+    from server.sglang.scheduling.state import state_of
 
     assert kv_fit_error(make_req("ok", range(100), max_new_tokens=500), capacity=600) is None
     error = kv_fit_error(make_req("big", range(100), max_new_tokens=501), capacity=600)
     assert "601 KV-cache tokens (100 prompt + 501 max_tokens)" in error and "at most 600" in error
     # SGLang clips max_new_tokens to the pool before queueing; the client's value counts.
     clipped = make_req("clipped", range(100), max_new_tokens=499)
-    setattr(clipped, REQUESTED_MAX_NEW_ATTR, 1000)
+    state_of(clipped).max_new_recorded, state_of(clipped).requested_max_new_tokens = True, 1000
     assert "1100 KV-cache tokens" in kv_fit_error(clipped, capacity=600)

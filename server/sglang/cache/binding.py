@@ -66,9 +66,12 @@ class CacheBinding:
         cache = build_policy(spec)
         if spec.needs_of().interior:
             from server.sglang.cache.gap_cache import register_gap_cache
+            from server.sglang.cache.gap_prefill import GapRecomputeCounter, HoldsGaps
 
-            # NOTE: --radix-cache-backend switchboard_gap (launch above)
+            # NOTE: --radix-cache-backend switchboard_gap (launch above); its prefill
+            # walk and gap accounting subscribe to the scheduler's events
             register_gap_cache(cache, spec.host_settings().host_tier_tokens)
+            parts.seams.append(lambda s: GapRecomputeCounter() if isinstance(s.tree_cache, HoldsGaps) else None)
         else:
             from server.sglang.cache.eviction import install_eviction_policy
 

@@ -36,16 +36,27 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder
 
 from server.sglang.cache.metrics import prometheus_counter
+from server.sglang.scheduling.state import state_of
 
 log = logging.getLogger("switchboard.gap_prefill")
 
-#: Set on a ``Req`` for the gap chunk chosen for it: ``(start, end)`` token positions.
-GAP_CHUNK_ATTR = "_switchboard_gap_chunk"
+
+@runtime_checkable
+class HoldsGaps(Protocol):
+    """A prefix cache that can hold gaps (``gap_cache.GapRadixCache``), as the prefill seam uses it."""
+
+    def gap_at(self, req: Any, start: int) -> int | None:
+        """Where the gap at ``start`` on ``req``'s path ends (``None``: no gap there)."""
+        ...
+
+    def restore_host_segments(self, req: Any) -> int:
+        """Bring back the host tier's copies right after ``req``'s prefix; the tokens restored."""
+        ...
 
 
 class GapRecomputeCounter:
@@ -57,13 +68,26 @@ class GapRecomputeCounter:
         self._prom = prometheus_counter("switchboard_gap_recomputed_tokens",
                                         "Tokens prefilled to fill gaps in cached histories (Penelope)")
 
+    def batch_formed(self, batch: Any, prefill: bool) -> None:
+        """``OnBatch``: count a prefill batch's gap chunks before it runs."""
+        if prefill and batch.extend_num_tokens:
+            self.observe(batch)
+
+    def batch_finished(self, batch: Any, prefill: bool) -> None:
+        return None
+
+    def adder_class(self, base: type[PrefillAdder]) -> type[PrefillAdder]:
+        """``WrapsPrefillAdder``: gap chunks and host-tier restores in the prefill walk."""
+        return gap_prefill_adder(base)
+
     def observe(self, batch: Any) -> None:
         """Count the gap chunks of a prefill batch that is about to run."""
         for req in batch.reqs:
-            mark = getattr(req, GAP_CHUNK_ATTR, None)
+            state = state_of(req)
+            mark = state.gap_chunk
             if mark is None or mark != (req.prefix_len, req.extend_end):
                 continue
-            setattr(req, GAP_CHUNK_ATTR, None)
+            state.gap_chunk = None
             n = mark[1] - mark[0]
             self.tokens += n
             self.chunks += 1
@@ -75,8 +99,7 @@ class GapRecomputeCounter:
 
 def gap_end(tree_cache: Any, req: Any, start: int) -> int | None:
     """Where the gap at ``start`` on ``req``'s path ends, if the cache has one."""
-    finder = getattr(tree_cache, "gap_at", None)
-    return finder(req, start) if finder is not None else None
+    return tree_cache.gap_at(req, start) if isinstance(tree_cache, HoldsGaps) else None
 
 
 def gap_chunk_limit(tree_cache: Any, chunked_req: Any) -> int | None:
@@ -85,7 +108,7 @@ def gap_chunk_limit(tree_cache: Any, chunked_req: Any) -> int | None:
     end = gap_end(tree_cache, chunked_req, start)
     if end is None:
         return None
-    setattr(chunked_req, GAP_CHUNK_ATTR, (start, end))
+    state_of(chunked_req).gap_chunk = (start, end)
     return end - start
 
 
@@ -104,14 +127,13 @@ def gap_prefill_adder(base: type[PrefillAdder]) -> type[PrefillAdder]:
             end = gap_end(self.tree_cache, req, start)
             if end is None or end >= start + admission.extend_len:
                 return admission
-            setattr(req, GAP_CHUNK_ATTR, (start, end))
+            state_of(req).gap_chunk = (start, end)
             return type(admission)(start, end - start, 0, True, admission.replay_len)
 
         def add_one_req(self, req: Any, has_chunked_req: bool, truncation_align_size: Any) -> Any:
             # NOTE: a host-held gap right after the prefix is restored, not
             # recomputed; SGLang then matches the request again (longer prefix)
-            restore = getattr(self.tree_cache, "restore_host_segments", None)
-            if restore is not None and restore(req):
+            if isinstance(self.tree_cache, HoldsGaps) and self.tree_cache.restore_host_segments(req):
                 req.init_next_round_input(self.tree_cache)
             return super().add_one_req(req, has_chunked_req, truncation_align_size)
 

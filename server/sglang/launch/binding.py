@@ -18,6 +18,7 @@ SGLang only inside ``install`` (the launcher imports them to build the argv).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -26,7 +27,6 @@ from compose.kinds import Kind, kinds, load_binding
 
 if TYPE_CHECKING:
     from compose.specs import PolicySpec
-    from policies.admission import AdmissionPolicy
     from policies.scheduling import SchedulingPolicy
     from server.resolve import LaunchPlan
 
@@ -47,6 +47,10 @@ class LaunchFields:
         self.fields[name] = value
 
 
+#: Builds one seam for a freshly initialised SGLang scheduler (``None``: not needed there).
+SeamFactory = Callable[[Any], object | None]
+
+
 @dataclass
 class SchedulerParts:
     """What the bindings hand SGLang's scheduler subclass in this process.
@@ -55,9 +59,12 @@ class SchedulerParts:
     chosen kind filled keeps SGLang's behaviour."""
 
     order: SchedulingPolicy | None = None
-    """The queue (or dLLM round) order run through the seam; ``None``: SGLang's own."""
-    admission: AdmissionPolicy | None = None
-    """The arrival gate's policy; ``None``: every request admitted."""
+    """The prefill queue's order run through ``calc_priority``; ``None``: SGLang's own."""
+    policies: list[object] = field(default_factory=list)
+    """Every policy object installed here, told of finished requests and ended
+    sessions when it has those faces (``policies.feedback``)."""
+    seams: list[SeamFactory] = field(default_factory=list)
+    """Factories of the scheduler's event subscribers (``scheduling/events.py``), in binding order."""
     installed: list[str] = field(default_factory=list)
     """One ``group=what`` line per installed kind, for the plugin's log line."""
 

@@ -57,6 +57,6 @@ def install(plan: LaunchPlan) -> None:
     for spec, binding in chosen(plan):
         binding.install(spec, plan, parts)
     # NOTE: always replaced: the KV-fit check on arrival is on whatever the policies.
-    HookRegistry.register(SCHEDULER_TARGET, scheduler_class(parts.order, parts.admission, plan.feedback_log),
+    HookRegistry.register(SCHEDULER_TARGET, scheduler_class(parts, plan.feedback_log),
                           HookType.REPLACE)
     log.info("switchboard plugin: %s", " ".join(parts.installed) or "stock SGLang (no kind chosen)")

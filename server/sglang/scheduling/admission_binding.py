@@ -1,8 +1,9 @@
 """Server binding of the admission kind (``+admission``): the arrival gate.
 
-No launch flag follows from an admission policy. Install: the policy is
-handed to the scheduler subclass, whose arrival check runs it before any KV
-allocation (``gate.py``; hop 5 of docs/lifecycle.md).
+No launch flag follows from an admission policy. Install: its gate
+(``gate.py``) subscribes to the scheduler's arrival event, before any KV
+allocation (hop 5 of docs/lifecycle.md), and stops the prefill walk at
+deferred requests.
 """
 
 from __future__ import annotations
@@ -24,7 +25,12 @@ class AdmissionBinding:
         return None
 
     def install(self, spec: PolicySpec, plan: LaunchPlan, parts: SchedulerParts) -> None:
-        parts.admission = build_policy(spec)
+        from server.sglang.scheduling.gate import AdmissionGate
+
+        policy = build_policy(spec)
+        parts.policies.append(policy)
+        # NOTE: the gate subscribes to arrival and the prefill walk (events.py)
+        parts.seams.append(lambda scheduler: AdmissionGate(scheduler, policy))
         parts.installed.append(f"admission={spec.target}")
 
     def extend_cli(self) -> None:

@@ -32,8 +32,7 @@ from typing import Any
 
 import torch
 
-FEATURES_ATTR = "_switchboard_features"
-
+from server.sglang.scheduling.state import state_of
 
 #: Prompt tokens gathered per step: bounds the temporary to CHUNK x hidden size.
 CHUNK = 8192
@@ -65,7 +64,11 @@ class PromptEmbedding:
         return total / max(1, len(ids))
 
     def attach(self, req: Any) -> None:
-        setattr(req, FEATURES_ATTR, self.of(req.origin_input_ids))
+        state_of(req).features = self.of(req.origin_input_ids)
+
+    def on_admitted(self, req: Any) -> None:
+        """``OnAdmitted``: features before the request is first ranked (LEAP orders fresh arrivals)."""
+        self.attach(req)
 
 
 class HiddenStateCapture:
@@ -96,7 +99,15 @@ class HiddenStateCapture:
         if rows is None or rows.shape[0] != len(reqs):
             return
         for req, row in zip(reqs, rows):
-            setattr(req, FEATURES_ATTR, row)
+            state_of(req).features = row
+
+    def batch_formed(self, batch: Any, prefill: bool) -> None:
+        return None
+
+    def batch_finished(self, batch: Any, prefill: bool) -> None:
+        """``OnBatch``: a prefill batch's requests get their rows."""
+        if prefill:
+            self.attach(batch.reqs)
 
     def remove(self) -> None:
         self._handle.remove()
@@ -126,8 +137,17 @@ class DenoiseHiddenCapture:
         if means is None or means.shape[0] != len(reqs):
             return
         for req, row in zip(reqs, means):
-            if not req.is_dllm_prefill() and getattr(req, FEATURES_ATTR, None) is None:
-                setattr(req, FEATURES_ATTR, row)
+            state = state_of(req)
+            if not req.is_dllm_prefill() and state.features is None:
+                state.features = row
+
+    def batch_formed(self, batch: Any, prefill: bool) -> None:
+        return None
+
+    def batch_finished(self, batch: Any, prefill: bool) -> None:
+        """``OnBatch``: after a dLLM extend round, its requests' first denoising blocks."""
+        if batch.forward_mode.is_dllm_extend():
+            self.attach(batch.reqs)
 
     def remove(self) -> None:
         self._handle.remove()
@@ -135,10 +155,11 @@ class DenoiseHiddenCapture:
 
 def features_of(req: Any) -> tuple[float, ...] | None:
     """The captured features of ``req`` as plain floats (syncs the device once)."""
-    row = getattr(req, FEATURES_ATTR, None)
+    state = state_of(req)
+    row = state.features
     if row is None:
         return None
     if isinstance(row, torch.Tensor):
         row = tuple(row.cpu().tolist())
-        setattr(req, FEATURES_ATTR, row)
+        state.features = row
     return row

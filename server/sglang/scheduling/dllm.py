@@ -36,10 +36,9 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from policies.scheduling import QueueView, SchedulingPolicy, check_permutation
 from policies.views import DllmView, RequestView
 from server.sglang.scheduling.gate import is_deferred
+from server.sglang.scheduling.state import state_of as request_state
 from server.sglang.scheduling.views import request_view
 
-#: The host's per-request counts, on each ``Req`` of a diffusion LM.
-STATE_ATTR = "_switchboard_dllm"
 _STAGING = (DllmReqPhase.STAGING_PREFILL, DllmReqPhase.STAGING_DECODE)
 
 
@@ -68,8 +67,8 @@ class DllmState:
 
 
 def state_of(req: Any) -> DllmState | None:
-    state: DllmState | None = getattr(req, STATE_ATTR, None)
-    return state
+    """``req``'s round counts (``RequestState.dllm``; ``None``: the round host never saw it)."""
+    return request_state(req).dllm
 
 
 def dllm_view(req: Any, state: DllmState, mask_id: int, round_index: int, admitted: bool) -> DllmView:
@@ -109,13 +108,14 @@ class DllmRounds:
         self.ranked: list[Any] = []
         """This round's admitted requests, best first (set by ``fetch``)."""
 
-    def on_arrival(self, req: Any) -> None:
+    def on_queued(self, req: Any) -> None:
+        """Count a newly queued request's prompt words and lines once (``OnQueued``)."""
         if state_of(req) is not None:
             return
         text = self.prompt_text(req)
-        setattr(req, STATE_ATTR, DllmState(last_round=self.round, block_size=self.block_size,
-                                           words=len(text.split()),
-                                           lines=text.count("\n") + 1 if text else 0))
+        request_state(req).dllm = DllmState(last_round=self.round, block_size=self.block_size,
+                                            words=len(text.split()),
+                                            lines=text.count("\n") + 1 if text else 0)
 
     def prompt_text(self, req: Any) -> str:
         """The prompt as text, for its word and line counts.
@@ -131,8 +131,8 @@ class DllmRounds:
 
     def view(self, req: Any, admitted: bool) -> RequestView:
         state = state_of(req)
-        if state is None:  # NOTE: every request passes on_arrival; this is a backstop
-            self.on_arrival(req)
+        if state is None:  # NOTE: every request passes on_queued; this is a backstop
+            self.on_queued(req)
             state = state_of(req)
         assert state is not None
         return request_view(req, dllm=dllm_view(req, state, self.mask_id, self.round, admitted))

@@ -20,9 +20,7 @@ from sglang.srt.managers.schedule_batch import FINISH_ABORT
 from policies.feedback import FinishedView, ObservesFinished, PredictsOutputLength
 from server.sglang.scheduling.capture import features_of
 from server.sglang.scheduling.dllm import finished_dllm_view
-
-#: Set on a ``Req`` once it was reported (a request is reported once).
-REPORTED_ATTR = "_switchboard_reported"
+from server.sglang.scheduling.state import state_of
 
 
 def finished_view(req: Any, aborted: bool) -> FinishedView:
@@ -54,9 +52,10 @@ class FinishReporter:
         return bool(self.observers) or self.log is not None
 
     def report(self, req: Any, aborted: bool) -> None:
-        if not self.active or getattr(req, REPORTED_ATTR, False):
+        state = state_of(req)
+        if not self.active or state.reported:
             return
-        setattr(req, REPORTED_ATTR, True)
+        state.reported = True  # NOTE: a request is reported once
         view = finished_view(req, aborted)
         if self.log is not None:
             self._write(view)

@@ -19,14 +19,13 @@ from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder
 
 from policies.admission import AdmissionAction, AdmissionDecision, AdmissionPolicy, AdmissionView, check_decision
 from server.sglang.middleware.retry_after import rejection_message
+from server.sglang.scheduling.state import state_of
 from server.sglang.scheduling.views import request_view
-
-#: Set on a ``Req`` while admission defers it.
-DEFERRED_ATTR = "_switchboard_deferred"
 
 
 def is_deferred(req: Any) -> bool:
-    return getattr(req, DEFERRED_ATTR, False)
+    """Whether admission defers ``req`` (``RequestState.deferred``)."""
+    return state_of(req).deferred
 
 
 class AdmissionGate:
@@ -58,7 +57,7 @@ class AdmissionGate:
         if decision.action is AdmissionAction.REJECT:
             self.reject(req, decision)
             return False
-        setattr(req, DEFERRED_ATTR, decision.action is AdmissionAction.DEFER)
+        state_of(req).deferred = decision.action is AdmissionAction.DEFER
         return True
 
     def revisit(self, waiting_queue: list) -> None:
@@ -68,11 +67,15 @@ class AdmissionGate:
         for req in [r for r in waiting_queue if is_deferred(r)]:
             decision = self.policy.decide(self.view(req))
             if decision.action is AdmissionAction.ADMIT:
-                setattr(req, DEFERRED_ATTR, False)
+                state_of(req).deferred = False
             elif decision.action is AdmissionAction.REJECT:
                 waiting_queue.remove(req)
                 self.reject(req, decision)
                 self.scheduler._release_aborted_request(req)
+
+    def adder_class(self, base: type[PrefillAdder]) -> type[PrefillAdder]:
+        """The prefill walk stops at deferred requests (``WrapsPrefillAdder``)."""
+        return gated_adder(base)
 
     def reject(self, req: Any, decision: AdmissionDecision) -> None:
         """Answer ``req`` with 429 + Retry-After; the caller frees what it holds."""

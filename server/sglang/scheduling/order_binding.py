@@ -4,7 +4,9 @@ Launch: a Switchboard order runs through SGLang's ``fcfs`` slot (the seam
 re-sorts the queue, ``ordering.py``); a stock option sets its own
 ``--schedule-policy``. For a diffusion LM the order decides dLLM rounds
 (``dllm.py``) and sizes SGLang's slots. Install: the policy object, built once
-in the process, is handed to the scheduler subclass (``scheduler.py``).
+in the process, orders the prefill queue (``SchedulerParts.order``), or, for
+a diffusion policy, hosts the dLLM rounds; the feature captures its needs ask
+for subscribe to the scheduler's events (``capture.py``, ``events.py``).
 """
 
 from __future__ import annotations
@@ -35,11 +37,32 @@ class OrderBinding:
         launch.require("schedule_policy", needs.sglang_native or "fcfs", why)
 
     def install(self, spec: PolicySpec, plan: LaunchPlan, parts: SchedulerParts) -> None:
+        needs = spec.needs_of()
         # NOTE: a stock option (``needs.sglang_native``) only set --schedule-policy:
         # SGLang orders its queue itself, nothing runs through the seam.
-        if spec.needs_of().sglang_native is None:
-            parts.order = build_policy(spec)
-        parts.installed.append(f"order={spec.target if parts.order is not None else 'sglang'}")
+        if needs.sglang_native is not None:
+            parts.installed.append("order=sglang")
+            return
+        from server.sglang.scheduling import capture
+        from server.sglang.scheduling.dllm import DllmRounds
+
+        order = build_policy(spec)
+        parts.policies.append(order)
+        layer = needs.hidden_state_layer
+        if layer is not None:
+            parts.seams.append(lambda s: capture.HiddenStateCapture(s.tp_worker.model_runner.model, layer))
+        if needs.prompt_embedding:
+            parts.seams.append(lambda s: capture.PromptEmbedding(s.tp_worker.model_runner.model, s.tp_size))
+        if needs.diffusion:
+            # NOTE: a diffusion policy orders dLLM rounds, not the prefill queue (compose/compat.py
+            # refuses it for an autoregressive model, so SGLang's dllm_config is set there).
+            parts.seams.append(lambda s: DllmRounds(s, order) if s.dllm_config is not None else None)
+            if needs.denoise_hidden_state:
+                parts.seams.append(lambda s: capture.DenoiseHiddenCapture(s.tp_worker.model_runner.model)
+                                   if s.dllm_config is not None else None)
+        else:
+            parts.order = order
+        parts.installed.append(f"order={spec.target}")
 
     def extend_cli(self) -> None:
         return None

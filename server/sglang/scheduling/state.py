@@ -1,0 +1,97 @@
+"""Switchboard's state on SGLang's objects: one record per ``Req``, one per scheduler.
+
+Every seam that must remember something about a request (its arrival, the
+gate's verdict, captured features, dLLM round counts, a gap chunk) keeps it in
+the request's ``RequestState``, attached once under one attribute
+(``state_of``); every per-process part the scheduler subclass drives lives in
+its ``SchedulerState`` (``scheduler_state``). No other attribute is stamped on
+SGLang's objects.
+
+Importing this module is light (no torch, no SGLang): seams of every folder
+(``scheduling/``, ``cache/``) share it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from server.sglang.scheduling.dllm import DllmState
+    from server.sglang.scheduling.events import (
+        GatesArrival,
+        HostsRounds,
+        OnAdmitted,
+        OnBatch,
+        OnQueued,
+        WrapsPrefillAdder,
+    )
+
+#: The one attribute Switchboard sets on a ``Req`` (and on the scheduler).
+STATE_ATTR = "_switchboard"
+
+
+@dataclass(slots=True)
+class RequestState:
+    """What Switchboard knows of one SGLang ``Req``.
+
+    NOTE: attached on first touch and never replaced: a retracted or
+    re-queued request keeps its arrival, its features and its counts."""
+
+    arrival_seq: int | None = None
+    """Arrival order in this process (``None``: not arrived yet)."""
+    arrival_clock: int = 0
+    """The scheduler's prefill-token clock when it arrived."""
+    checked: bool = False
+    """Its arrival checks (KV fit, admission) ran; a re-queued request is not re-checked."""
+    requested_max_new_tokens: int | None = None
+    """The client's ``max_tokens`` before SGLang clips it to the memory budget."""
+    max_new_recorded: bool = False
+    """``requested_max_new_tokens`` was recorded (the client's value may be ``None``)."""
+    deferred: bool = False
+    """Admission defers it (it waits, sorted last, and is re-asked each pass)."""
+    reported: bool = False
+    """Its ``FinishedView`` went to the learning policies (once per request)."""
+    features: Any = None
+    """Captured features: a device tensor until first read, then a tuple of floats."""
+    dllm: DllmState | None = None
+    """A diffusion LM's round counts (``None``: the round host never saw it)."""
+    gap_chunk: tuple[int, int] | None = None
+    """The gap chunk chosen for it this pass: ``(start, end)`` token positions."""
+
+
+def state_of(req: Any) -> RequestState:
+    """``req``'s state, attached on first touch."""
+    state: RequestState | None = getattr(req, STATE_ATTR, None)
+    if state is None:
+        state = RequestState()
+        setattr(req, STATE_ATTR, state)
+    return state
+
+
+@dataclass
+class SchedulerState:
+    """What Switchboard keeps for one SGLang scheduler (one per process).
+
+    NOTE: set once, right after SGLang's ``init_schedule_policy``
+    (``scheduler.install_seams``); the event lists are fixed from then on."""
+
+    seams: list[Any] = field(default_factory=list)
+    """Every subscriber the chosen kinds' bindings built here, in binding order."""
+    gate: GatesArrival | None = None
+    """The arrival gate (at most one; ``None``: every request that fits is admitted)."""
+    rounds: HostsRounds | None = None
+    """The dLLM round host (at most one; ``None``: SGLang's own rounds)."""
+    on_queued: list[OnQueued] = field(default_factory=list)
+    on_admitted: list[OnAdmitted] = field(default_factory=list)
+    on_batch: list[OnBatch] = field(default_factory=list)
+    adders: list[WrapsPrefillAdder] = field(default_factory=list)
+    """The subscribers of each event (``events.py``)."""
+    prefill_tokens: int = 0
+    """Switchboard's prefill-token clock (SGLang's own counter also grows on decode steps)."""
+
+
+def scheduler_state(scheduler: Any) -> SchedulerState:
+    """The scheduler's state (set by ``install_seams``)."""
+    state: SchedulerState = getattr(scheduler, STATE_ATTR)
+    return state
