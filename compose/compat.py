@@ -88,8 +88,8 @@ REFUSALS: tuple[Refusal, ...] = (
 )
 
 
-def refusal_for(model: ModelInHost, spec: PolicySpec) -> str | None:
-    """Why ``model`` refuses ``spec``'s option, or ``None``."""
+def refusing_rule(model: ModelInHost, spec: PolicySpec) -> Refusal | None:
+    """The first rule by which ``model`` refuses ``spec``'s option, or ``None``."""
     needs = spec.needs_of()
     for rule in REFUSALS:
         if rule.group != spec.group or rule.model is not model.kind:
@@ -97,9 +97,17 @@ def refusal_for(model: ModelInHost, spec: PolicySpec) -> str | None:
         if rule.algorithm is not None and rule.algorithm != model.algorithm:
             continue
         if rule.when(needs):
-            return rule.why.format(option=spec.target, described=model.described, short=model.short,
-                                   to_diffusion=model.to_diffusion)
+            return rule
     return None
+
+
+def refusal_for(model: ModelInHost, spec: PolicySpec) -> str | None:
+    """Why ``model`` refuses ``spec``'s option, or ``None``."""
+    rule = refusing_rule(model, spec)
+    if rule is None:
+        return None
+    return rule.why.format(option=spec.target, described=model.described, short=model.short,
+                           to_diffusion=model.to_diffusion)
 
 
 def check_model_fit(model: ModelInHost, specs: Mapping[str, PolicySpec]) -> None:

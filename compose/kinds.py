@@ -16,6 +16,7 @@ checks that every kind here has all of its parts and a binding in both hosts.
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,9 +62,8 @@ class Kind:
 
 
 def load_binding(target: str) -> Any:
-    """The object a ``module:object`` binding path names."""
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)
+    """The object a ``module:object`` binding path names (imports the module)."""
+    return pkgutil.resolve_name(target)
 
 
 #: Switchboard's own kinds, in the order hosts apply them.

@@ -93,9 +93,4 @@ def sim_parts(settings: BenchSettings, scope: Scope) -> SimParts:
     return parts
 
 
-def chosen_scopes(settings: BenchSettings) -> set[Scope]:
-    """The scopes of the chosen kinds (whether the run has a gateway)."""
-    return {sim_binding(k).scope for k in kinds() if k.group in settings.policies}
-
-
-__all__ = ["Scope", "SimBinding", "SimParts", "chosen_scopes", "sim_binding", "sim_parts"]
+__all__ = ["Scope", "SimBinding", "SimParts", "sim_binding", "sim_parts"]

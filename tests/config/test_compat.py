@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from bench.config import compose_bench, resolve_bench
-from compose.compat import REFUSALS, ModelInHost, ModelKind, refusal_for
+from compose.compat import REFUSALS, ModelInHost, ModelKind, refusing_rule
 from compose.config import ConfigError, compose, group_options
 from compose.kinds import kinds
 from compose.specs import specs_from_config
@@ -41,27 +41,15 @@ REFUSED: dict[tuple[str, str, str], str] = {
 }
 
 
-def _rule_of(model: ModelInHost, spec) -> str | None:
-    why = refusal_for(model, spec)
-    if why is None:
-        return None
-    for rule in REFUSALS:
-        fields = dict(option=spec.target, described=model.described, short=model.short,
-                      to_diffusion=model.to_diffusion)
-        if rule.group == spec.group and rule.why.format(**fields) == why:
-            return rule.name
-    raise AssertionError(why)
-
-
 def test_the_table_lists_every_refused_pair_and_only_those():
     found: dict[tuple[str, str, str], str] = {}
     for kind in kinds():
         for option in group_options(kind.group):
             spec = specs_from_config(compose([f"+{kind.group}={option}"]))[kind.group]
             for name, (model_kind, algorithm) in MODELS.items():
-                rule = _rule_of(ModelInHost(model_kind, "d", "s", "t", algorithm), spec)
+                rule = refusing_rule(ModelInHost(model_kind, "d", "s", "t", algorithm), spec)
                 if rule is not None:
-                    found[(kind.group, option, name)] = rule
+                    found[(kind.group, option, name)] = rule.name
     assert found == REFUSED
     assert {r.name for r in REFUSALS} == set(REFUSED.values()), "a rule no option triggers, or an unlisted one"
 

@@ -19,7 +19,7 @@ from compose.config import compose
 from policies.admission.max_queue import MaxQueuePolicy
 from server.resolve import resolve
 from server.sglang.launch.binding import SchedulerParts, chosen
-from server.sglang.scheduling.events import GatesArrival, OnBatch, OnQueued, WrapsPrefillAdder
+from server.sglang.scheduling.events import GatesArrival, OnBatchFinished, OnBatchFormed, OnQueued, WrapsPrefillAdder
 from server.sglang.scheduling.gate import AdmissionGate
 from server.sglang.scheduling.ordering import SwitchboardSchedulePolicy
 from server.sglang.scheduling.scheduler import install_seams
@@ -68,7 +68,8 @@ def test_seams_subscribe_by_their_faces_in_binding_order():
     s = fake_scheduler()
     state = install_seams(s, parts)
     assert scheduler_state(s) is state and isinstance(s.policy, SwitchboardSchedulePolicy)
-    assert [x.name for x in state.on_queued] == [x.name for x in state.on_batch] == ["a", "b"]
+    assert [x.name for x in state.on_queued] == [x.name for x in state.on_batch_formed] == ["a", "b"]
+    assert [x.name for x in state.on_batch_finished] == ["a", "b"]
     assert state.gate is None and state.rounds is None  # a factory's None subscribes nothing
     adder: type = PrefillAdder
     for seam in state.adders:
@@ -88,7 +89,7 @@ def test_the_admission_binding_subscribes_its_gate_and_the_gate_owns_arrival_alo
     state = install_seams(s, parts)
     assert isinstance(state.gate, AdmissionGate) and isinstance(state.gate, GatesArrival | WrapsPrefillAdder)
     assert [type(p) for p in parts.policies] == [MaxQueuePolicy] and s.policy.gate is state.gate
-    assert not isinstance(state.gate, OnQueued | OnBatch)
+    assert not isinstance(state.gate, OnQueued | OnBatchFormed | OnBatchFinished)
     with pytest.raises(RuntimeError, match="two seams own the arrival event"):
         install_seams(fake_scheduler(), SchedulerParts(seams=parts.seams * 2))
 

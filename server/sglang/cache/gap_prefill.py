@@ -69,12 +69,9 @@ class GapRecomputeCounter:
                                         "Tokens prefilled to fill gaps in cached histories (Penelope)")
 
     def batch_formed(self, batch: Any, prefill: bool) -> None:
-        """``OnBatch``: count a prefill batch's gap chunks before it runs."""
+        """``OnBatchFormed``: count a prefill batch's gap chunks before it runs."""
         if prefill and batch.extend_num_tokens:
             self.observe(batch)
-
-    def batch_finished(self, batch: Any, prefill: bool) -> None:
-        return None
 
     def adder_class(self, base: type[PrefillAdder]) -> type[PrefillAdder]:
         """``WrapsPrefillAdder``: gap chunks and host-tier restores in the prefill walk."""

@@ -101,11 +101,8 @@ class HiddenStateCapture:
         for req, row in zip(reqs, rows):
             state_of(req).features = row
 
-    def batch_formed(self, batch: Any, prefill: bool) -> None:
-        return None
-
     def batch_finished(self, batch: Any, prefill: bool) -> None:
-        """``OnBatch``: a prefill batch's requests get their rows."""
+        """``OnBatchFinished``: a prefill batch's requests get their rows."""
         if prefill:
             self.attach(batch.reqs)
 
@@ -141,11 +138,8 @@ class DenoiseHiddenCapture:
             if not req.is_dllm_prefill() and state.features is None:
                 state.features = row
 
-    def batch_formed(self, batch: Any, prefill: bool) -> None:
-        return None
-
     def batch_finished(self, batch: Any, prefill: bool) -> None:
-        """``OnBatch``: after a dLLM extend round, its requests' first denoising blocks."""
+        """``OnBatchFinished``: after a dLLM extend round, its requests' first denoising blocks."""
         if batch.forward_mode.is_dllm_extend():
             self.attach(batch.reqs)
 

@@ -14,7 +14,8 @@ arrival        the same, first time only (5)           ``GatesArrival`` (one)
 admitted       the same, once admitted (5)             ``OnAdmitted``
 queue order    ``SchedulePolicy.calc_priority`` (6)    ``SchedulerParts.order``
 prefill walk   ``get_prefill_adder_class`` (7)         ``WrapsPrefillAdder``
-batch          ``run_batch`` (before, after) (9)       ``OnBatch``
+batch          ``run_batch`` (before, after) (9)       ``OnBatchFormed``,
+                                                       ``OnBatchFinished``
 dLLM round     ``_fetch_waiting_reqs``,                ``HostsRounds`` (one)
                ``_process_dllm_batches``,
                ``get_new_batch_dllm`` (6d)
@@ -70,12 +71,17 @@ class WrapsPrefillAdder(Protocol):
 
 
 @runtime_checkable
-class OnBatch(Protocol):
-    """Told around each batch SGLang runs."""
+class OnBatchFormed(Protocol):
+    """Told before each batch SGLang runs."""
 
     def batch_formed(self, batch: Any, prefill: bool) -> None:
         """``batch`` is about to run (``prefill``: an extend batch, not a verify pass)."""
         ...
+
+
+@runtime_checkable
+class OnBatchFinished(Protocol):
+    """Told after each batch SGLang ran."""
 
     def batch_finished(self, batch: Any, prefill: bool) -> None:
         """``batch`` ran (its forward pass is done)."""

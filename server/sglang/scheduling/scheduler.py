@@ -32,7 +32,8 @@ from server.sglang.scheduling.events import (
     GatesArrival,
     HostsRounds,
     OnAdmitted,
-    OnBatch,
+    OnBatchFinished,
+    OnBatchFormed,
     OnQueued,
     WrapsPrefillAdder,
     one,
@@ -92,7 +93,8 @@ def install_seams(scheduler: Any, parts: SchedulerParts) -> SchedulerState:
         seams=seams, gate=one(seams, GatesArrival, "arrival"), rounds=one(seams, HostsRounds, "dLLM round"),
         on_queued=[x for x in seams if isinstance(x, OnQueued)],
         on_admitted=[x for x in seams if isinstance(x, OnAdmitted)],
-        on_batch=[x for x in seams if isinstance(x, OnBatch)],
+        on_batch_formed=[x for x in seams if isinstance(x, OnBatchFormed)],
+        on_batch_finished=[x for x in seams if isinstance(x, OnBatchFinished)],
         adders=[x for x in seams if isinstance(x, WrapsPrefillAdder)])
     setattr(s, STATE_ATTR, state)
     order = parts.order
@@ -159,11 +161,11 @@ def scheduler_class(parts: SchedulerParts, feedback_log: str | None = None) -> t
                 # NOTE: our own prefill-token clock. SGLang's processed_tokens_counter
                 # also grows on decode steps, so it is no token clock of prefill work.
                 state.prefill_tokens += batch.extend_num_tokens
-            for seam in state.on_batch:
-                seam.batch_formed(batch, prefill)
+            for formed in state.on_batch_formed:
+                formed.batch_formed(batch, prefill)
             result = super().run_batch(batch, pp_proxy_tensors)
-            for seam in state.on_batch:
-                seam.batch_finished(batch, prefill)
+            for finished in state.on_batch_finished:
+                finished.batch_finished(batch, prefill)
             return result
 
         def get_prefill_adder_class(self) -> type[PrefillAdder]:

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
         GatesArrival,
         HostsRounds,
         OnAdmitted,
-        OnBatch,
+        OnBatchFinished,
+        OnBatchFormed,
         OnQueued,
         WrapsPrefillAdder,
     )
@@ -84,7 +85,8 @@ class SchedulerState:
     """The dLLM round host (at most one; ``None``: SGLang's own rounds)."""
     on_queued: list[OnQueued] = field(default_factory=list)
     on_admitted: list[OnAdmitted] = field(default_factory=list)
-    on_batch: list[OnBatch] = field(default_factory=list)
+    on_batch_formed: list[OnBatchFormed] = field(default_factory=list)
+    on_batch_finished: list[OnBatchFinished] = field(default_factory=list)
     adders: list[WrapsPrefillAdder] = field(default_factory=list)
     """The subscribers of each event (``events.py``)."""
     prefill_tokens: int = 0
