@@ -82,7 +82,9 @@ def run_bench(settings: BenchSettings, out_dir: Path | None = None,
 
     Behind ``+router`` the result also holds the ``bench.sim.cluster.Cluster``
     (``result["cluster"]``: routing calls, replica of every request), which
-    is not written; ``replicas.csv`` in ``out_dir`` has each request's replica."""
+    is not written; ``replicas.csv`` in ``out_dir`` has each request's replica.
+    ``result["records"]`` holds every request's ``RequestRecord`` (written as
+    ``requests.csv``, rounded, when ``out_dir`` is given)."""
     t0 = time.perf_counter()
     cost = CostModel(settings.accelerator, settings.model_profile)
     sim_settings = SimSettings.resolve(settings.sim, settings.accelerator, settings.model_profile, cost,
@@ -136,6 +138,7 @@ def run_bench(settings: BenchSettings, out_dir: Path | None = None,
     if cluster is not None:
         result["cluster"] = cluster  # NOTE: for callers (bench/scripts/router.py); never written
         log.info("bench: results in %s", out_dir)
+    result["records"] = records  # NOTE: for callers (tests/sim/test_golden.py); never written
     return result
 
 
