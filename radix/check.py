@@ -6,13 +6,12 @@ eviction heap, so hosts never call it on a hot path.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from radix.tree import GapTree
+from radix.core import TreeCore
 
 
-def check_tree(tree: GapTree[Any, Any]) -> None:
+def check_tree(tree: TreeCore[Any, Any]) -> None:
     """Assert every ``NOTE`` invariant of ``radix.tree``, ``radix.eviction`` and ``radix.host``."""
     queue, host, slots, keys = tree.queue, tree.host, tree.slots, tree.keys
     ranks = queue.live_ranks()

@@ -24,15 +24,11 @@ step here, so ``GapTree.check`` holds between any two calls.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from radix.core import TreeCore
 from radix.node import K, Node, V
 
-if TYPE_CHECKING:
-    from radix.tree import GapTree
 
-
-def evict(tree: GapTree[K, V], num_tokens: int) -> int:
+def evict(tree: TreeCore[K, V], num_tokens: int) -> int:
     """Free at least ``num_tokens`` tokens of KV if that many are evictable
     (whole nodes, smallest rank first); return the tokens freed."""
     queue = tree.queue
@@ -48,7 +44,7 @@ def evict(tree: GapTree[K, V], num_tokens: int) -> int:
     return freed
 
 
-def free(tree: GapTree[K, V], node: Node[K, V]) -> int:
+def free(tree: TreeCore[K, V], node: Node[K, V]) -> int:
     """Free evictable ``node``'s KV (see module docs); return the tokens freed."""
     tokens = node.num_tokens
     host = tree.host
@@ -69,7 +65,7 @@ def free(tree: GapTree[K, V], node: Node[K, V]) -> int:
     return freed
 
 
-def hollow(tree: GapTree[K, V], node: Node[K, V]) -> None:
+def hollow(tree: TreeCore[K, V], node: Node[K, V]) -> None:
     """Free ``node``'s KV and keep its keys."""
     if tree.slots is not None and node.value is not None:
         tree.slots.free(node.value)
@@ -83,7 +79,7 @@ def hollow(tree: GapTree[K, V], node: Node[K, V]) -> None:
     tree.queue.offer(node.parent)  # NOTE: may have become a leaf of KV
 
 
-def remove(tree: GapTree[K, V], node: Node[K, V]) -> int:
+def remove(tree: TreeCore[K, V], node: Node[K, V]) -> int:
     """Detach childless ``node`` (its parent link stays); return the KV tokens freed with it."""
     parent = node.parent
     assert parent is not None and not node.children and not node.on_host
@@ -103,7 +99,7 @@ def remove(tree: GapTree[K, V], node: Node[K, V]) -> int:
     return kv
 
 
-def prune(tree: GapTree[K, V], n: Node[K, V]) -> None:
+def prune(tree: TreeCore[K, V], n: Node[K, V]) -> None:
     """Remove ``n`` and then its ancestors while they are useless: hollow,
     childless, without a host copy, unlocked."""
     while (n.parent is not None and n.attached and n.hollow and not n.on_host
@@ -113,7 +109,7 @@ def prune(tree: GapTree[K, V], n: Node[K, V]) -> None:
         n = parent
 
 
-def fill(tree: GapTree[K, V], node: Node[K, V], value: V | None, start: int, end: int | None,
+def fill(tree: TreeCore[K, V], node: Node[K, V], value: V | None, start: int, end: int | None,
          restore: bool) -> list[Node[K, V]]:
     """``GapTree.fill``: the hollow nodes on the path to ``node`` (those covering
     units ``[start, end)`` if ``end`` is given) get KV back, ``value`` sliced
@@ -140,7 +136,7 @@ def fill(tree: GapTree[K, V], node: Node[K, V], value: V | None, start: int, end
     return filled
 
 
-def fill_node(tree: GapTree[K, V], n: Node[K, V], value: V | None) -> None:
+def fill_node(tree: TreeCore[K, V], n: Node[K, V], value: V | None) -> None:
     """Hollow ``n`` gets KV again (recomputed, restored or inserted: ``value``)."""
     assert tree.slots is None or value is not None
     n.value = value

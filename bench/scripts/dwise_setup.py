@@ -91,7 +91,7 @@ class RecordingDwise:
             if r.rid not in self.arrival and r.dllm is not None:
                 est = self.inner.estimate_denoise_rounds(r, r.dllm)
                 capped = max(est, 1.0)
-                if getattr(self.inner, "cap_by_max_new_tokens", True):
+                if self.inner.cap_by_max_new_tokens:
                     capped = min(capped, denoise_rounds_bound(r, r.dllm))
                 self.arrival[r.rid] = (est, capped)
         return self.inner.order(queue)

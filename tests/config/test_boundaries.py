@@ -86,3 +86,98 @@ def test_the_simulator_does_not_import_the_live_harness():
 def test_the_gap_tree_is_pure():
     assert modules("radix")
     assert not offenders("radix", {"torch", "sglang", "numpy", "compose", "server", "bench"})
+
+
+# ------------------------------------------------------------------ import circles
+
+#: The project's own packages (what an import circle is counted over).
+PACKAGES = ("bench", "compose", "deploy", "kernels", "policies", "radix", "server")
+
+
+def module_name(path: Path) -> str:
+    """``radix/tree.py`` -> ``radix.tree``; a package's ``__init__.py`` is the package."""
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports, at any depth (lazy and ``TYPE_CHECKING``
+    imports included: each is still a dependency a reader must follow).
+
+    ``from a.b import c`` names the module ``a.b.c`` where it exists, else ``a.b``
+    (the nearest enclosing module that exists); relative imports are resolved."""
+    known = {module_name(p): p for pkg in PACKAGES for p in modules(pkg)}
+
+    def nearest(name: str) -> str | None:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for mod, path in known.items():
+        package = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
+        found: set[str | None] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found.update(nearest(a.name) for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join([*package[:len(package) - node.level + 1], *([node.module] if node.module else [])]) \
+                    if node.level else node.module or ""
+                found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in known else nearest(base)
+                             for a in node.names)
+        graph[mod] = {m for m in found if m is not None and m != mod}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_reaches_itself_through_its_imports():
+    graph = module_graph()
+    assert {"radix.tree", "radix.kv", "server.sglang.scheduling.state"} <= set(graph)
+    assert "radix.kv" in graph["radix.tree"]  # the graph sees `from radix import kv`
+    assert not circles(graph)

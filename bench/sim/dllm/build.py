@@ -24,6 +24,7 @@ from bench.sim.dllm.engine import DllmParams, DllmSimulator
 from bench.sim.dllm.oracle import OracleDwise
 from bench.traces.trace import Trace
 from policies.scheduling import SchedulingPolicy
+from policies.scheduling.dwise import DwisePolicy
 
 
 def rounds_model(cfg: DllmSimConfig) -> RoundsModel:
@@ -54,10 +55,11 @@ def slots_of(policy: SchedulingPolicy | None, max_running_requests: int | None) 
 
 def oracle_of(policy: SchedulingPolicy | None) -> OracleDwise:
     """The bench-only oracle twin of a DWISE policy: its slots, capacity and aging."""
-    if policy is None or policy.needs.sglang_native is not None or not policy.needs.diffusion:
+    # NOTE: the oracle is DWISE with the true work left (``OracleDwise``): it needs DWISE's own aging bound
+    if not isinstance(policy, DwisePolicy):
         raise ValueError("sim.dllm.oracle needs +policy=dwise (it keeps DWISE's slots and aging)")
     slots, blocks = slots_of(policy, None)
-    return OracleDwise(slots, blocks, int(getattr(policy, "max_wait_rounds", 1 << 30)))
+    return OracleDwise(slots, blocks, policy.max_wait_rounds)
 
 
 def params_of(cfg: DllmSimConfig, cost: CostModel, policy: SchedulingPolicy | None,

@@ -14,25 +14,12 @@ from typing import TYPE_CHECKING
 
 from compose.config import ConfigError
 from compose.specs import build_policy
+from server.sglang.cache.names import EVICTION_STRATEGY_NAME, GAP_CACHE_BACKEND, register_eviction_choice
 from server.sglang.launch.binding import LaunchFields, SchedulerParts
 
 if TYPE_CHECKING:
     from compose.specs import PolicySpec
     from server.resolve import LaunchPlan
-
-#: ``--radix-eviction-policy`` value that selects Switchboard's eviction seam.
-EVICTION_STRATEGY_NAME = "switchboard"
-#: ``--radix-cache-backend`` of the gap cache (= ``server.sglang.cache.gap_cache.GAP_CACHE_BACKEND``;
-#: not imported from there: that module imports torch and SGLang's cache).
-GAP_CACHE_BACKEND = "switchboard_gap"
-
-
-def register_eviction_choice() -> None:
-    """Make ``switchboard`` a valid ``--radix-eviction-policy`` for SGLang's parser."""
-    from sglang.srt.arg_groups.choices import RADIX_EVICTION_POLICY_CHOICES, add_radix_eviction_policy_choices
-
-    if EVICTION_STRATEGY_NAME not in RADIX_EVICTION_POLICY_CHOICES:
-        add_radix_eviction_policy_choices([EVICTION_STRATEGY_NAME])
 
 
 class CacheBinding:

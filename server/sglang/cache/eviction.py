@@ -18,7 +18,7 @@ from sglang.srt.mem_cache import utils as mem_cache_utils
 from sglang.srt.mem_cache.evict_policy import EvictionStrategy
 
 from policies.cache import BlockView, EvictionPolicy, EvictionRank
-from server.sglang.cache.binding import EVICTION_STRATEGY_NAME, register_eviction_choice
+from server.sglang.cache.names import EVICTION_STRATEGY_NAME, register_eviction_choice
 
 log = logging.getLogger("switchboard.eviction")
 

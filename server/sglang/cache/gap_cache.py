@@ -62,10 +62,8 @@ from server.sglang.cache.gap_paths import (
     gaps_of,
 )
 from server.sglang.cache.host_kv import HostKVTier, restore_host_run
+from server.sglang.cache.names import GAP_CACHE_BACKEND
 from server.sglang.launch import contract
-
-#: ``--radix-cache-backend`` name of the gap cache.
-GAP_CACHE_BACKEND = "switchboard_gap"
 
 _MC = "sglang.srt.mem_cache"
 #: SGLang symbols this module uses (checked by ``register_gap_cache``).

@@ -20,16 +20,35 @@ node's copy drops it here.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from sglang.srt.mem_cache import base_prefix_cache as bpc
 
-from radix import Node, first_gap
+from radix import GapTree, Node, first_gap
 from server.sglang.cache.metrics import prometheus_counter
 
-if TYPE_CHECKING:
-    from server.sglang.cache.gap_cache import GapRadixCache
+
+class RestoringCache(Protocol):
+    """What ``restore_host_run`` uses of the gap cache (``GapRadixCache``).
+
+    NOTE: a Protocol, not the class: gap_cache.py imports this module, and
+    nothing here imports it back (tests/config/test_boundaries.py)."""
+
+    tree: GapTree[Any, Any]
+    """The gap tree."""
+    host: HostKVTier | None
+    """The host tier's copies (``None``: no tier)."""
+    token_to_kv_pool_allocator: Any
+    """SGLang's KV slot allocator."""
+
+    def req_path(self, req: Any) -> list[Node[Any, Any]]:
+        """Nodes of ``req``'s cached prefix, from the root."""
+        ...
+
+    def evict(self, params: bpc.EvictParams) -> bpc.EvictResult:
+        """SGLang's eviction entry point."""
+        ...
 
 log = logging.getLogger("switchboard.host_kv")
 
@@ -109,7 +128,7 @@ def host_run(path: list[Node[Any, torch.Tensor]]) -> list[Node[Any, torch.Tensor
     return run
 
 
-def restore_host_run(cache: GapRadixCache, req: Any) -> int:
+def restore_host_run(cache: RestoringCache, req: Any) -> int:
     """Restore the held nodes right after ``req``'s cached prefix (a gap the
     host tier has a copy of): new slots, the copied rows written back, the
     nodes filled. Returns the tokens restored (0: none, or no room even after

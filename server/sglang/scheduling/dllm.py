@@ -26,7 +26,6 @@ output equals its output run alone (tests/live/test_server_dwise.py).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from sglang.srt.dllm.mixin.req import DllmReqPhase
@@ -35,35 +34,12 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
 from policies.scheduling import QueueView, SchedulingPolicy, check_permutation
 from policies.views import DllmView, RequestView
+from server.sglang.scheduling.dllm_counts import DllmState
 from server.sglang.scheduling.gate import is_deferred
 from server.sglang.scheduling.state import state_of as request_state
 from server.sglang.scheduling.views import request_view
 
 _STAGING = (DllmReqPhase.STAGING_PREFILL, DllmReqPhase.STAGING_DECODE)
-
-
-@dataclass
-class DllmState:
-    """What the host counts for one request (rounds, never clocks)."""
-
-    last_round: int
-    """The round it last ran in, or the round count when it arrived."""
-    block_size: int
-    words: int = 0
-    lines: int = 0
-    rounds_run: int = 0
-    denoise_rounds: int = 0
-    shared_rounds: int = 0
-    """Rounds it ran in that carried prompt and denoising blocks together."""
-    longest_wait: int = 0
-    """The most rounds in a row it was passed over."""
-
-    def view(self, prompt_blocks_left: int, **progress: Any) -> DllmView:
-        """These counts as a ``DllmView``, with the host's view of its progress."""
-        return DllmView(block_size=self.block_size, prompt_blocks_left=prompt_blocks_left,
-                        denoise_rounds=self.denoise_rounds, prompt_words=self.words, prompt_lines=self.lines,
-                        rounds_run=self.rounds_run, shared_rounds=self.shared_rounds,
-                        longest_wait=self.longest_wait, **progress)
 
 
 def state_of(req: Any) -> DllmState | None:

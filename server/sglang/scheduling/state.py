@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from server.sglang.scheduling.dllm import DllmState
+    from server.sglang.scheduling.dllm_counts import DllmState
     from server.sglang.scheduling.events import (
         GatesArrival,
         HostsRounds,

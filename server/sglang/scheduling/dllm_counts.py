@@ -1,0 +1,38 @@
+"""One request's counts in a diffusion LM's block rounds (``RequestState.dllm``).
+
+A leaf module (no SGLang, no torch): the request record (``state.py``) names
+this type, the round host (``dllm.py``) fills it. NOTE: invariant: it imports
+nothing of ``server/``, so the record never reaches the round host through
+its imports (tests/config/test_boundaries.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from policies.views import DllmView
+
+
+@dataclass
+class DllmState:
+    """What the host counts for one request (rounds, never clocks)."""
+
+    last_round: int
+    """The round it last ran in, or the round count when it arrived."""
+    block_size: int
+    words: int = 0
+    lines: int = 0
+    rounds_run: int = 0
+    denoise_rounds: int = 0
+    shared_rounds: int = 0
+    """Rounds it ran in that carried prompt and denoising blocks together."""
+    longest_wait: int = 0
+    """The most rounds in a row it was passed over."""
+
+    def view(self, prompt_blocks_left: int, **progress: Any) -> DllmView:
+        """These counts as a ``DllmView``, with the host's view of its progress."""
+        return DllmView(block_size=self.block_size, prompt_blocks_left=prompt_blocks_left,
+                        denoise_rounds=self.denoise_rounds, prompt_words=self.words, prompt_lines=self.lines,
+                        rounds_run=self.rounds_run, shared_rounds=self.shared_rounds,
+                        longest_wait=self.longest_wait, **progress)
