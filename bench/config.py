@@ -115,7 +115,22 @@ def resolve_bench(cfg: DictConfig) -> BenchSettings:
         raise ConfigError(one_line(exc)) from exc
     _check_live(settings)
     _check_dllm(settings)
+    _check_adapters(settings)
     return settings
+
+
+def _check_adapters(s: BenchSettings) -> None:
+    """One-line errors for ``sim.adapters_*`` the run cannot use."""
+    if s.is_live:
+        if s.sim.adapters_count:
+            # NOTE: the live client sends token ids only; it names no adapter yet.
+            raise ConfigError("sim.adapters_count is simulator-only: the live replay sends no adapter names")
+        return
+    chosen = "adapters" in s.policies
+    if s.sim.adapters_count and not chosen:
+        raise ConfigError("sim.adapters_count needs +adapters (the slots' eviction order and size)")
+    if chosen and ("router" in s.policies or s.sim.replicas != 1):
+        raise ConfigError("+adapters is not simulated behind +router yet")
 
 
 def _check_live(s: BenchSettings) -> None:

@@ -17,7 +17,7 @@ from bench.config import BenchSettings
 from bench.metrics import RequestRecord, Slo, Timeline, summarize, windows
 from bench.report import write_results
 from bench.sim import CostModel, SimSettings, TimelineSampler, build_simulator, records_of
-from bench.sim.binding import Scope, sim_parts
+from bench.sim.binding import Scope, counter_names, sim_parts
 from bench.sim.cluster_run import simulate_cluster
 from bench.sim.overlap import IterationLog, client_visible
 from bench.traces import Trace, load_trace
@@ -100,9 +100,6 @@ def run_bench(settings: BenchSettings, out_dir: Path | None = None,
 
     t1 = time.perf_counter()
     if settings.is_live:
-        if settings.sim.adapters_count:
-            # NOTE: the live client sends token ids only; it names no adapter yet.
-            raise ConfigError("sim.adapters_count is simulator-only: the live replay sends no adapter names")
         records, timeline, mode_meta = _live(settings, trace, show)
     elif settings.sim.dllm.enabled:
         records, timeline, mode_meta = _simulate_dllm(settings, trace, cost, sim_settings, show)
@@ -154,14 +151,9 @@ def _simulate(settings: BenchSettings, trace: Trace, cost: CostModel, sim_settin
         finally:
             bar.close()
     parts = sim_parts(settings, Scope.replica)
-    if settings.sim.adapters_count and parts.adapters is None:
-        raise ConfigError("sim.adapters_count needs +adapters (the slots' eviction order and size)")
     sync = settings.accelerator.synchronous_forward
     iterations = IterationLog(cost) if sync else None
-    sim = build_simulator(trace, iterations if iterations is not None else cost, sim_settings,
-                          order=parts.order, eviction=parts.eviction, admission=parts.admission,
-                          adapters=parts.adapters, adapter_mix=parts.adapter_mix,
-                          observers=parts.observers)
+    sim = build_simulator(trace, iterations if iterations is not None else cost, sim_settings, parts)
     if iterations is not None:
         iterations.clock = lambda: sim.now
     sampler = TimelineSampler(settings.metrics.timeline_dt_s)
@@ -180,8 +172,8 @@ def _simulate(settings: BenchSettings, trace: Trace, cost: CostModel, sim_settin
         "evicted_tokens": sim.cache.num_evicted_tokens,
         "evicted_recomputed_tokens": sim.evicted_recomputed_tokens,
         "gap_recomputed_tokens": sim.gap_recomputed_tokens,
-        "adapter_loads": sim.adapters.loads if sim.adapters is not None else 0,
-        "adapter_evictions": sim.adapters.evictions if sim.adapters is not None else 0,
+        # NOTE: every kind's counters, 0 where it is not chosen (SimBinding.counters)
+        **dict.fromkeys(counter_names(), 0), **sim.counters(),
         "restored_tokens": sim.restored_tokens,
         "token_times": "as clients see them (synchronous forward: one iteration late)" if sync
         else "iteration ends",

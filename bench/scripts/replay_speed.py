@@ -18,6 +18,7 @@ import time
 
 from bench.config import compose_bench, resolve_bench
 from bench.sim import CostModel, SimSettings, build_simulator
+from bench.sim.binding import Scope, sim_parts
 from bench.traces import load_trace
 
 
@@ -36,8 +37,7 @@ def main() -> None:
     trace = load_trace(s.trace, s.data_root)
     cost = CostModel(s.accelerator, s.model_profile)
     settings = SimSettings.resolve(s.sim, s.accelerator, s.model_profile, cost, s.host_tier_tokens)
-    sim = build_simulator(trace, cost, settings, order=s.build("policy"), eviction=s.build("cache"),
-                          admission=s.build("admission"))
+    sim = build_simulator(trace, cost, settings, sim_parts(s, Scope.replica))
     t1 = time.perf_counter()
     cpu0 = time.process_time()
     sim.run()

@@ -21,12 +21,11 @@ server-side kinds in ``bindings.py``, the gateway's in ``cluster_run.py``).
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
 
 import numpy as np
 
 from bench.metrics import RequestRecord, Timeline
-from bench.sim.adapters import AdapterMix, AdapterSlotTable
+from bench.sim.binding import SimParts
 from bench.sim.cache import PrefixCache
 from bench.sim.cost import CostModel
 from bench.sim.engine import SimulationError, Simulator
@@ -34,27 +33,22 @@ from bench.sim.queue import WaitingQueue
 from bench.sim.request import Phase, SimRequest
 from bench.sim.settings import SimSettings
 from bench.traces.trace import Trace
-from policies.admission import AdmissionPolicy
-from policies.cache import EvictionPolicy
 from policies.cache.lru import LruPolicy
 from policies.feedback import ObservesFinished
-from policies.scheduling import SchedulingPolicy
 
-__all__ = ["CostModel", "SimSettings", "Simulator", "SimulationError", "TimelineSampler",
+__all__ = ["CostModel", "SimParts", "SimSettings", "Simulator", "SimulationError", "TimelineSampler",
            "build_simulator", "records_of"]
 
 
-def build_simulator(trace: Trace, cost: CostModel, settings: SimSettings, *,
-                    order: SchedulingPolicy | None = None,
-                    eviction: EvictionPolicy | None = None,
-                    admission: AdmissionPolicy | None = None,
-                    adapters: AdapterSlotTable | None = None, adapter_mix: AdapterMix | None = None,
-                    observers: Sequence[ObservesFinished] = ()) -> Simulator:
-    """A simulator for ``trace``; a kind left ``None`` behaves as stock SGLang
-    (queue kept in arrival order, LRU eviction, every request admitted, no
-    adapters). With ``settings.host_tier_tokens > 0`` the cache gets a host tier
-    of that size; with ``adapters``, requests carry ``adapter_mix``'s adapters.
-    ``observers`` are told of every finished request after ``order`` and ``admission``."""
+def build_simulator(trace: Trace, cost: CostModel, settings: SimSettings, parts: SimParts | None = None,
+                    ) -> Simulator:
+    """A simulator for ``trace`` with the chosen kinds' ``parts`` (``binding.sim_parts``);
+    a part left empty behaves as stock SGLang (queue kept in arrival order, LRU
+    eviction, no seam on any event: every request admitted, no adapters). With
+    ``settings.host_tier_tokens > 0`` the cache gets a host tier of that size.
+    The order is told of every finished request first, then ``parts.observers``."""
+    parts = parts if parts is not None else SimParts()
+    order, eviction = parts.order, parts.eviction
     policy = eviction if eviction is not None else LruPolicy()
     cache = PrefixCache(max(trace.block_size, 1), policy, host_tier_tokens=settings.host_tier_tokens,
                         host_bandwidth_gbs=settings.host_bandwidth_gbs)
@@ -62,10 +56,10 @@ def build_simulator(trace: Trace, cost: CostModel, settings: SimSettings, *,
                          native_queue_limit=settings.native_queue_limit,
                          touch=settings.touch_waiting, builtin_lru=eviction is None)
     cache.touch_waiting = queue.touch_every_pass
-    # NOTE: the order's and the gate's feedback first, as the server's scheduler feeds them
-    told = [p for p in (order, admission) if isinstance(p, ObservesFinished)] + list(observers)
-    return Simulator(trace, cost, settings, queue=queue, cache=cache, admission=admission,
-                     observers=told, adapters=adapters, adapter_mix=adapter_mix)
+    # NOTE: the order's feedback first, then the others' in binding order, as the server's scheduler feeds them
+    told = [order] if isinstance(order, ObservesFinished) else []
+    return Simulator(trace, cost, settings, queue=queue, cache=cache, seams=parts.seams,
+                     observers=told + list(parts.observers))
 
 
 class TimelineSampler:

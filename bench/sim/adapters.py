@@ -14,17 +14,25 @@
 NOTE: SGLang keys its prefix cache by adapter as well; the simulator's cache
 does not, which matters only for prefixes shared across adapters (with
 per-session adapters: across sessions).
+
+``AdapterSeam`` is the adapters kind's seam on the simulator's events
+(``events.py``): it tags arrivals, filters the walk and loads each batch's
+adapters; ``bindings.py`` puts it on the replica's record.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from policies.adapters import AdaptersPolicy
 from policies.adapters.history import SlotHistory
+
+if TYPE_CHECKING:
+    from bench.sim.request import SimRequest
 
 
 @dataclass(frozen=True)
@@ -106,3 +114,46 @@ class AdapterSlotTable:
             loaded += uid is not None
         self.loads += loaded
         return loaded * self.load_s
+
+
+class NamesAdapter(Protocol):
+    """Which adapter a session (or request) names (``AdapterMix``, or a test's fixed map)."""
+
+    def adapter_of(self, key: str) -> str | None:
+        """The adapter of the session (or request) ``key``."""
+        ...
+
+
+class AdapterSeam:
+    """The adapters kind in one simulator (module docs): ``TagsArrival``,
+    ``FiltersWalk``, ``OnBatchFormed`` and ``CountsWork`` of ``events.py``."""
+
+    def __init__(self, table: AdapterSlotTable, mix: NamesAdapter | None = None) -> None:
+        self.table = table
+        self.mix = mix
+        """``None``: the trace's requests name no adapter (all use the base model)."""
+        self._batch: set[str | None] = set()
+        """Adapters of the running batch and of this pass's walk so far."""
+
+    def tag(self, r: SimRequest) -> None:
+        if self.mix is not None:
+            r.adapter = self.mix.adapter_of(r.trace.session_id or r.rid)
+
+    def walk_started(self, running: Iterable[SimRequest], batch: Iterable[SimRequest]) -> None:
+        self._batch = {r.adapter for r in running} | {r.adapter for r in batch}
+
+    def admits(self, r: SimRequest) -> bool:
+        return self.table.admits(r.adapter, self._batch)
+
+    def walked(self, r: SimRequest) -> None:
+        self._batch.add(r.adapter)
+
+    def batch_formed(self, requests: Sequence[SimRequest], prefill: bool) -> float:
+        return self.table.prepare(r.adapter for r in requests)
+
+    def counters(self) -> dict[str, int]:
+        return {ADAPTER_LOADS: self.table.loads, ADAPTER_EVICTIONS: self.table.evictions}
+
+
+#: The run meta's counters of the adapters kind (``AdapterSeam.counters``; 0 without it).
+ADAPTER_LOADS, ADAPTER_EVICTIONS = "adapter_loads", "adapter_evictions"

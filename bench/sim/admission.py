@@ -4,14 +4,21 @@ Every new request (never a retracted one) is offered to ``decide`` once on
 arrival, before it enters the waiting queue: ADMIT queues it, REJECT turns it
 away, DEFER queues it flagged. Deferred requests are offered again at every
 scheduling pass (oldest first), sort last and stop the prefill walk.
+
+The admission kind's seam on the simulator's arrival event
+(``events.GatesArrival``); ``bindings.py`` puts it on the replica's record.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from bench.sim.request import SimRequest
 from policies.admission import AdmissionAction, AdmissionPolicy, AdmissionView, check_decision
+from policies.feedback import ObservesFinished
+
+if TYPE_CHECKING:
+    from bench.sim.binding import SimParts
 
 
 class _Host(Protocol):
@@ -24,13 +31,15 @@ class _Host(Protocol):
     @property
     def free_tokens(self) -> int: ...
 
+    @property
+    def capacity(self) -> int: ...
+
 
 class AdmissionGate:
     """Applies an ``AdmissionPolicy`` to one simulator's requests."""
 
-    def __init__(self, policy: AdmissionPolicy, capacity: int) -> None:
+    def __init__(self, policy: AdmissionPolicy) -> None:
         self.policy = policy
-        self.capacity = capacity
         self.num_deferred = 0
 
     def view(self, host: _Host, r: SimRequest, in_queue: bool) -> AdmissionView:
@@ -39,7 +48,7 @@ class AdmissionGate:
             request=r.make_view(), now=host.now,
             num_waiting=len(host.queue) - (1 if in_queue else 0) - deferred,  # type: ignore[arg-type]
             num_running=len(host.running),  # type: ignore[arg-type]
-            num_deferred=deferred, kv_capacity_tokens=self.capacity, kv_free_tokens=host.free_tokens)
+            num_deferred=deferred, kv_capacity_tokens=host.capacity, kv_free_tokens=host.free_tokens)
 
     def on_arrival(self, host: _Host, r: SimRequest) -> str | None:
         """Decide on a new request; the rejection reason, or None if it may queue."""
@@ -65,3 +74,10 @@ class AdmissionGate:
             if decision.action is AdmissionAction.REJECT:
                 rejected.append((r, decision.reason or "rejected by admission"))
         return rejected
+
+
+def add_gate(parts: SimParts, policy: AdmissionPolicy) -> None:
+    """Put ``policy``'s gate on ``parts`` (the admission binding's ``attach``; tests' too)."""
+    parts.seams.append(AdmissionGate(policy))
+    if isinstance(policy, ObservesFinished):
+        parts.observers.append(policy)  # NOTE: after the order's feedback, as the server feeds them

@@ -6,7 +6,10 @@ builds a ``SimParts`` per simulated server (``Scope.replica``: each replica
 gets its own policy objects, which keep per-server state) and one for the
 gateway in front of them (``Scope.gateway``), by looping over the chosen kinds;
 it never names a kind. A part no chosen kind filled keeps stock SGLang's
-behaviour (``build_simulator``).
+behaviour (``build_simulator``). Besides the two policy seams every SGLang
+server has (the queue order, the eviction order) and the gateway's routing
+seam, a kind adds *seams* that subscribe to the simulator's events
+(``events.py``), as a server binding's seams subscribe to the scheduler's.
 """
 
 from __future__ import annotations
@@ -19,9 +22,7 @@ from compose.kinds import Kind, kinds, load_binding
 
 if TYPE_CHECKING:
     from bench.config import BenchSettings
-    from bench.sim.adapters import AdapterMix, AdapterSlotTable
     from compose.specs import PolicySpec
-    from policies.admission import AdmissionPolicy
     from policies.cache import EvictionPolicy
     from policies.feedback import ObservesFinished
     from policies.router import RouterPolicy
@@ -48,14 +49,12 @@ class SimParts:
     """Queue (or dLLM round) order (``WaitingQueue``; ``None``: SGLang's own)."""
     eviction: EvictionPolicy | None = None
     """Prefix-cache eviction order (``PrefixCache``; ``None``: SGLang's LRU)."""
-    admission: AdmissionPolicy | None = None
-    """The arrival gate (``AdmissionGate``; ``None``: every request admitted)."""
-    adapters: AdapterSlotTable | None = None
-    """The LoRA slots (``None``: no adapters)."""
-    adapter_mix: AdapterMix | None = None
-    """Which adapter each request names (``None``: the trace's requests name none)."""
+    seams: list[object] = field(default_factory=list)
+    """Subscribers of the simulator's events (``events.py``: the arrival gate,
+    walk filters, batch hooks, counters), in binding order; one object per
+    simulator (they keep its state)."""
     observers: list[ObservesFinished] = field(default_factory=list)
-    """Further objects told of every finished request (a kind that only observes)."""
+    """Policies told of every finished request, in binding order, after ``order``."""
     router: RouterPolicy | None = None
     """The gateway's routing policy (``bench.sim.cluster.Cluster``; ``None``: one server)."""
 
@@ -66,6 +65,9 @@ class SimBinding(Protocol):
 
     scope: Scope
     """Which record ``attach`` fills."""
+    counters: tuple[str, ...]
+    """Names of the counters its seams report (``events.CountsWork``): every run's
+    meta holds them, 0 when the kind is not chosen."""
 
     def attach(self, spec: PolicySpec, settings: BenchSettings, parts: SimParts) -> None:
         """Build ``spec``'s policy (and what it drives) and set it on ``parts``."""
@@ -78,6 +80,11 @@ def sim_binding(kind: Kind) -> SimBinding:
     if not isinstance(binding, SimBinding):
         raise TypeError(f"{kind.sim_binding} is not a SimBinding (scope, attach)")
     return binding
+
+
+def counter_names() -> tuple[str, ...]:
+    """Every registered kind's counters (``SimBinding.counters``), in registry order."""
+    return tuple(name for kind in kinds() for name in sim_binding(kind).counters)
 
 
 def sim_parts(settings: BenchSettings, scope: Scope) -> SimParts:
@@ -93,4 +100,4 @@ def sim_parts(settings: BenchSettings, scope: Scope) -> SimParts:
     return parts
 
 
-__all__ = ["Scope", "SimBinding", "SimParts", "sim_binding", "sim_parts"]
+__all__ = ["Scope", "SimBinding", "SimParts", "counter_names", "sim_binding", "sim_parts"]

@@ -5,8 +5,9 @@ seam the server binding hooks (``bench/sim/__init__.py``'s table):
 
 * ``+policy``    → ``queue.WaitingQueue`` (and, for a diffusion LM, the dLLM rounds);
 * ``+cache``     → ``cache.PrefixCache``;
-* ``+admission`` → ``admission.AdmissionGate``;
-* ``+adapters``  → ``adapters.AdapterSlotTable``, with the request mix from ``sim.adapters_*``.
+* ``+admission`` → ``admission.AdmissionGate``, a seam on the arrival event;
+* ``+adapters``  → ``adapters.AdapterSeam`` (``AdapterSlotTable``, the request mix from
+  ``sim.adapters_*``), a seam on the arrival, walk and batch events.
 
 The gateway's kind (``+router``) binds in ``cluster_run.py``.
 """
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from bench.sim.adapters import ADAPTER_EVICTIONS, ADAPTER_LOADS, AdapterMix, AdapterSeam, AdapterSlotTable
+from bench.sim.admission import add_gate
 from bench.sim.binding import Scope, SimParts
 from compose.specs import build_policy
 
@@ -27,6 +30,7 @@ class _OrderBinding:
     """``+policy``: the waiting queue's (or the dLLM rounds') order."""
 
     scope = Scope.replica
+    counters: tuple[str, ...] = ()
 
     def attach(self, spec: PolicySpec, settings: BenchSettings, parts: SimParts) -> None:
         parts.order = build_policy(spec)
@@ -36,6 +40,7 @@ class _CacheBinding:
     """``+cache``: the prefix cache's eviction order (its host tier: ``cache.host_tier_tokens``)."""
 
     scope = Scope.replica
+    counters: tuple[str, ...] = ()
 
     def attach(self, spec: PolicySpec, settings: BenchSettings, parts: SimParts) -> None:
         parts.eviction = build_policy(spec)
@@ -45,25 +50,24 @@ class _AdmissionBinding:
     """``+admission``: the arrival gate."""
 
     scope = Scope.replica
+    counters: tuple[str, ...] = ()
 
     def attach(self, spec: PolicySpec, settings: BenchSettings, parts: SimParts) -> None:
-        parts.admission = build_policy(spec)
+        add_gate(parts, build_policy(spec))
 
 
 class _AdaptersBinding:
     """``+adapters``: the LoRA slots (``adapters.max_per_batch``) and which adapter each request names."""
 
     scope = Scope.replica
+    counters = (ADAPTER_LOADS, ADAPTER_EVICTIONS)
 
     def attach(self, spec: PolicySpec, settings: BenchSettings, parts: SimParts) -> None:
-        from bench.sim.adapters import AdapterMix, AdapterSlotTable
-
         sim = settings.sim
-        parts.adapters = AdapterSlotTable(build_policy(spec), spec.host_settings().max_per_batch,
-                                          sim.adapter_load_s)
-        if sim.adapters_count:
-            parts.adapter_mix = AdapterMix(sim.adapters_count, sim.adapters_zipf_s, sim.adapters_base_share,
-                                           sim.adapters_seed)
+        table = AdapterSlotTable(build_policy(spec), spec.host_settings().max_per_batch, sim.adapter_load_s)
+        mix = AdapterMix(sim.adapters_count, sim.adapters_zipf_s, sim.adapters_base_share,
+                         sim.adapters_seed) if sim.adapters_count else None
+        parts.seams.append(AdapterSeam(table, mix))
 
 
 SCHEDULING = _OrderBinding()

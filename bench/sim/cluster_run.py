@@ -32,6 +32,7 @@ class _RouterBinding:
     """``+router``: the gateway's routing policy."""
 
     scope = Scope.gateway
+    counters: tuple[str, ...] = ()
 
     def attach(self, spec: PolicySpec, settings: BenchSettings, parts: SimParts) -> None:
         parts.router = build_policy(spec)
@@ -50,12 +51,9 @@ def simulate_cluster(settings: BenchSettings, gateway: SimParts, trace: Trace, c
     if gateway.router is None:
         raise ConfigError(f"sim.replicas={n} needs +router=<option> (the gateway's routing policy)")
     replicas = [sim_parts(settings, Scope.replica) for _ in range(n)]
-    if settings.sim.adapters_count or any(p.adapters is not None for p in replicas):
-        raise ConfigError("+adapters is not simulated behind +router yet")
     sync = settings.accelerator.synchronous_forward
     logs = [IterationLog(cost) if sync else None for _ in range(n)]
-    sims = [build_simulator(trace, it if it is not None else cost, sim_settings, order=p.order,
-                            eviction=p.eviction, admission=p.admission, observers=p.observers)
+    sims = [build_simulator(trace, it if it is not None else cost, sim_settings, p)
             for p, it in zip(replicas, logs, strict=True)]
     cluster = Cluster(trace, sims, gateway.router, seed=settings.sim.router_seed, key=settings.sim.routing_key)
     sampler = ClusterSampler(cluster, settings.metrics.timeline_dt_s)

@@ -2,7 +2,7 @@
 
 One loop iteration is one SGLang forward pass (``get_next_batch_to_run``)::
 
-    1. arrivals up to now enter (admission policy: admit / defer / reject)
+    1. arrivals up to now enter (the gate, if a kind puts one: admit / defer / reject)
     2. prefill pass, unless the batch is full or nothing waits:
        revisit deferred requests, order the queue (policy), continue the chunked
        request, then admit waiting requests in order until one does not fit
@@ -39,7 +39,8 @@ one iteration reads and writes the same few fields (``now``, the pool's
 all. Split by phase, each module would take the whole simulator as an argument,
 or be a mixin of it; the parts that stand alone are already their own modules
 (``prefill.PrefillAdder``, ``running.RunningBatch``, ``queue.WaitingQueue``,
-``cache.PrefixCache``, ``arrivals.Arrivals``, ``admission.AdmissionGate``).
+``cache.PrefixCache``, ``arrivals.Arrivals``). What a kind adds to the loop
+comes in as seams on the events of ``events.py``; the loop names no kind.
 """
 
 from __future__ import annotations
@@ -48,18 +49,16 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 
-from bench.sim.adapters import AdapterMix, AdapterSlotTable
-from bench.sim.admission import AdmissionGate
 from bench.sim.arrivals import Arrivals
 from bench.sim.cache import PrefixCache
 from bench.sim.cost import CostModel
+from bench.sim.events import CountsWork, FiltersWalk, GatesArrival, OnBatchFormed, TagsArrival, having, one
 from bench.sim.prefill import AddResult, PrefillAdder
 from bench.sim.queue import WaitingQueue
 from bench.sim.request import FINAL, Phase, SimRequest
 from bench.sim.running import RunningBatch
 from bench.sim.settings import SimSettings
 from bench.traces.trace import Trace
-from policies.admission import AdmissionPolicy
 from policies.feedback import FinishedView, ObservesFinished
 
 
@@ -72,14 +71,18 @@ class Simulator:
 
     def __init__(self, trace: Trace, cost: CostModel, settings: SimSettings, *,
                  queue: WaitingQueue, cache: PrefixCache,
-                 admission: AdmissionPolicy | None = None,
+                 seams: Sequence[object] = (),
                  on_sample: Callable[[Simulator], None] | None = None,
                  on_final: Callable[[SimRequest], None] | None = None,
-                 observers: Sequence[ObservesFinished] = (),
-                 adapters: AdapterSlotTable | None = None, adapter_mix: AdapterMix | None = None) -> None:
+                 observers: Sequence[ObservesFinished] = ()) -> None:
         self.trace, self.cost, self.s = trace, cost, settings
         self.cache, self.queue = cache, queue
-        self.gate = AdmissionGate(admission, settings.capacity) if admission is not None else None
+        self.seams = list(seams)
+        """The chosen kinds' seams (``events.py``), in binding order."""
+        self.taggers: list[TagsArrival] = having(self.seams, TagsArrival)
+        self.gate: GatesArrival | None = one(self.seams, GatesArrival, "arrival gate")
+        self.walk_filters: list[FiltersWalk] = having(self.seams, FiltersWalk)
+        self.on_batch: list[OnBatchFormed] = having(self.seams, OnBatchFormed)
         self.running = RunningBatch()
         self.chunked: SimRequest | None = None
         self.requests: dict[str, SimRequest] = {}
@@ -102,11 +105,13 @@ class Simulator:
         self.on_final = on_final
         self.observers = list(observers)
         """Policies told about every request that leaves (``ObservesFinished``)."""
-        self.adapters = adapters
-        """Adapter batch slots (``bench/sim/adapters.py``); ``None``: no adapters."""
-        self.adapter_mix = adapter_mix
 
     # ------------------------------------------------------------- accounting
+    @property
+    def capacity(self) -> int:
+        """Slots of the KV pool."""
+        return self.s.capacity
+
     @property
     def free_tokens(self) -> int:
         """Pool slots neither cached nor held by a request."""
@@ -142,7 +147,7 @@ class Simulator:
     # ---------------------------------------------------------------- arrivals
     def _arrive(self, r: SimRequest) -> None:
         """A new request: clip its output to what can ever fit (SGLang's
-        ``init_req_max_new_tokens``), then admission, then the queue."""
+        ``init_req_max_new_tokens``), then the arrival seams (tags, the gate), then the queue."""
         self.requests[r.rid] = r
         # NOTE: one token more headroom than SGLang's clip: a fully cached prompt
         # pins its whole prefix while it is checked, which must still fit.
@@ -153,8 +158,8 @@ class Simulator:
             return
         r.output_len = max_new
         r.seq = next(self._seq)
-        if self.adapter_mix is not None:
-            r.adapter = self.adapter_mix.adapter_of(r.trace.session_id or r.rid)
+        for seam in self.taggers:
+            seam.tag(r)
         self._stamp_queue_entry(r)
         if self.gate is not None:
             rejected = self.gate.on_arrival(self, r)
@@ -175,7 +180,7 @@ class Simulator:
 
     @property
     def num_deferred(self) -> int:
-        """Waiting requests admission deferred."""
+        """Waiting requests the gate deferred."""
         return self.gate.num_deferred if self.gate is not None else 0
 
     def _revisit_deferred(self) -> None:
@@ -222,14 +227,14 @@ class Simulator:
             clip=self.s.clip_max_new_tokens, max_requests=self.s.prefill_max_requests)
         still_chunked = adder.add_chunked(self.chunked) if self.chunked is not None else False
         admitted: list[SimRequest] = []
-        batch_adapters: set[str | None] = set()
-        if self.adapters is not None:
-            batch_adapters = {r.adapter for r in self.running} | {r.adapter for r, _ in adder.batch}
+        filters = self.walk_filters
+        for f in filters:
+            f.walk_started(self.running, [r for r, _ in adder.batch])
         for r in self.queue.items:
             if adder.budget_state() is AddResult.OTHER or r.deferred:
                 break
-            if self.adapters is not None and not self.adapters.admits(r.adapter, batch_adapters):
-                continue  # NOTE: SGLang skips it and walks on (can_schedule_lora_req)
+            if filters and not all(f.admits(r) for f in filters):
+                continue  # NOTE: SGLang skips it and walks on (e.g. can_schedule_lora_req)
             if len(admitted) >= slots:
                 self.batch_is_full = True
                 break
@@ -237,7 +242,8 @@ class Simulator:
             result = adder.add(r)
             if adder.batch and adder.batch[-1][0] is r:
                 admitted.append(r)
-                batch_adapters.add(r.adapter)
+                for f in filters:
+                    f.walked(r)
             if result is not AddResult.CONTINUE:
                 if result is AddResult.NO_TOKEN:
                     self.batch_is_full = bool(adder.batch) or bool(self.running)
@@ -307,8 +313,10 @@ class Simulator:
         return recomputed
 
     def _run_prefill(self, adder: PrefillAdder) -> None:
-        if self.adapters is not None:
-            self.now += self.adapters.prepare(r.adapter for r, _ in adder.batch)
+        if self.on_batch:
+            batch = [r for r, _ in adder.batch]
+            for seam in self.on_batch:
+                self.now += seam.batch_formed(batch, True)
         pairs = [(e, r.computed) for r, e in adder.batch]
         if self._gaps:
             gaps = [g for r, _ in adder.batch for g in self._gaps.get(r, ((), 0))[0]]
@@ -383,8 +391,10 @@ class Simulator:
         n = len(self.running)
         if not self._ensure_free(n):
             raise SimulationError("decode step does not fit after retraction")
-        if self.adapters is not None:
-            self.now += self.adapters.prepare(r.adapter for r in self.running)
+        if self.on_batch:
+            batch = list(self.running)
+            for seam in self.on_batch:
+                self.now += seam.batch_formed(batch, False)
         self.private_tokens += n
         self.now += self.cost.decode_time(n, self.running.context_tokens())
         for r in self.running.advance(self.now):
@@ -468,6 +478,13 @@ class Simulator:
         if self.on_sample is not None:
             self.on_sample(self)
         return True
+
+    def counters(self) -> dict[str, int]:
+        """The seams' counters (``CountsWork``), for the run's meta."""
+        out: dict[str, int] = {}
+        for seam in having(self.seams, CountsWork):
+            out.update(seam.counters())
+        return out
 
     @property
     def has_work(self) -> bool:

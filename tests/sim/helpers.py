@@ -6,7 +6,8 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bench.sim import SimSettings, Simulator, build_simulator
+from bench.sim import SimParts, SimSettings, Simulator, build_simulator
+from bench.sim.admission import add_gate
 from bench.traces.trace import Trace, TraceRequest
 
 
@@ -49,10 +50,17 @@ def settings(**kw) -> SimSettings:
     return SimSettings(**base)
 
 
+def parts_of(order=None, eviction=None, admission=None) -> SimParts:
+    """The simulator parts the bindings would build for these policies (``None``: stock)."""
+    parts = SimParts(order=order, eviction=eviction)
+    if admission is not None:
+        add_gate(parts, admission)
+    return parts
+
+
 def simulate(trace: Trace, cost=None, order=None, eviction=None, admission=None,
              **kw) -> Simulator:
-    sim = build_simulator(trace, cost or LinearCost(), settings(**kw), order=order,
-                          eviction=eviction, admission=admission)
+    sim = build_simulator(trace, cost or LinearCost(), settings(**kw), parts_of(order, eviction, admission))
     sim.run()
     return sim
 

@@ -16,7 +16,7 @@ import pytest
 
 from bench.config import compose_bench, resolve_bench
 from bench.metrics import Slo, summarize
-from bench.sim import CostModel, SimSettings, build_simulator, records_of
+from bench.sim import CostModel, SimParts, SimSettings, build_simulator, records_of
 from bench.traces import load_trace
 from bench.traces.paths import default_data_root
 from tests.data import needs_data
@@ -59,7 +59,7 @@ def test_infinite_cache_fcfs_reaches_the_ideal_ratio():
     assert len(trace.requests) == len(rows)
     cost = CostModel(s.accelerator, s.model_profile)
     sim = build_simulator(trace, cost, SimSettings.resolve(s.sim, s.accelerator, s.model_profile, cost),
-                          order=s.build("policy"))
+                          SimParts(order=s.build("policy")))
     sim.run()
     records = records_of(sim, with_token_times=False)
     assert all(r.status == "finished" for r in records)

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.config import compose_bench, resolve_bench
-from bench.sim import CostModel, build_simulator
+from bench.sim import CostModel, SimParts, build_simulator
 from bench.sim.cache import PrefixCache
 from bench.sim.request import Phase
 from policies.cache import BlockView, EvictionPolicy
@@ -121,7 +121,7 @@ def agent_trace():
 ])
 def test_a_middle_segment_is_hollowed_and_only_the_gap_recomputed(policy, gap, cached4):
     sim = build_simulator(agent_trace(), GapCost(),
-                          sim_settings(capacity=40, max_running_requests=1), eviction=policy)
+                          sim_settings(capacity=40, max_running_requests=1), SimParts(eviction=policy))
     sim.on_sample = lambda s: s.check()
     sim.run()
     r = sim.requests
@@ -181,7 +181,7 @@ def test_simulator_invariants_with_penelope(cost, trace, capacity, chunk, slots,
     sim = build_simulator(trace, cost, sim_settings(capacity=capacity, chunked_prefill_size=chunk,
                                                     max_running_requests=slots, context_length=4096,
                                                     host_tier_tokens=host),
-                          eviction=policy)
+                          SimParts(eviction=policy))
     replay_checked(sim, trace, cost)  # every iteration and at the end, as without gaps
     for r in sim.requests.values():
         if r.phase is Phase.FINISHED:

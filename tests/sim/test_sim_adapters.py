@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.sim import build_simulator
-from bench.sim.adapters import AdapterMix, AdapterSlotTable
+from bench.sim import SimParts, build_simulator
+from bench.sim.adapters import AdapterMix, AdapterSeam, AdapterSlotTable
 from policies.adapters.scute import ScutePolicy
 from tests.sim.helpers import LinearCost, req, trace_of
 from tests.sim.helpers import settings as sim_settings
@@ -31,8 +31,7 @@ class Mix:
 
 def run(trace, by_rid, max_per_batch=2, order="lru", **kw):
     table = AdapterSlotTable(ScutePolicy(eviction=order), max_per_batch, load_s=0.005)
-    sim = build_simulator(trace, LinearCost(), sim_settings(**kw), adapters=table,
-                          adapter_mix=Mix(by_rid))  # type: ignore[arg-type]
+    sim = build_simulator(trace, LinearCost(), sim_settings(**kw), SimParts(seams=[AdapterSeam(table, Mix(by_rid))]))
     sim.run()
     return sim, table
 
@@ -89,8 +88,8 @@ def test_no_forward_batch_holds_more_adapters_than_slots(seed, slots, order):
         return prepare(adapters)
 
     table.prepare = checked  # type: ignore[method-assign]
-    sim = build_simulator(trace_of(reqs), LinearCost(), sim_settings(max_running_requests=8), adapters=table,
-                          adapter_mix=Mix(by))  # type: ignore[arg-type]
+    sim = build_simulator(trace_of(reqs), LinearCost(), sim_settings(max_running_requests=8),
+                          SimParts(seams=[AdapterSeam(table, Mix(by))]))
     sim.run()
     assert all(r.finish_s is not None for r in sim.requests.values())
     assert seen and max(seen) <= slots and len(table.resident) <= slots

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.config import compose_bench, resolve_bench
-from bench.sim import CostModel, build_simulator
+from bench.sim import CostModel, SimParts, build_simulator
 from bench.sim.request import FINAL, Phase
 from policies.admission.max_queue import MaxQueuePolicy
 from policies.cache.fifo import FifoPolicy
@@ -33,7 +33,7 @@ from policies.scheduling.lof import LofPolicy
 from policies.scheduling.lpm import LpmPolicy
 from policies.scheduling.shortest_prefill import ShortestPrefillPolicy
 from policies.scheduling.shortest_prefill_first import ShortestPrefillFirstPolicy
-from tests.sim.helpers import req, trace_of
+from tests.sim.helpers import parts_of, req, trace_of
 from tests.sim.helpers import settings as sim_settings
 
 ORDERS = [None, FcfsPolicy(), LpmPolicy(), HrrnPolicy(), ShortestPrefillFirstPolicy(),
@@ -118,8 +118,7 @@ def test_invariants_hold_for_any_workload(cost, trace, capacity, chunk, slots, i
         trace, cost,
         sim_settings(capacity=capacity, chunked_prefill_size=chunk, max_running_requests=slots,
                      ignore_eos=ignore_eos, prefill_max_requests=prefill_max, context_length=4096),
-        order=order, eviction=eviction,
-        admission=MaxQueuePolicy(max_waiting=max_waiting) if max_waiting else None)
+        parts_of(order, eviction, MaxQueuePolicy(max_waiting=max_waiting) if max_waiting else None))
     replay_checked(sim, trace, cost)
 
 
@@ -143,7 +142,7 @@ def pressure(draw):
 def test_invariants_hold_under_decode_memory_pressure(cost, trace, capacity, order, eviction, chunk):
     sim = build_simulator(trace, cost, sim_settings(capacity=capacity, ignore_eos=False,
                                                     chunked_prefill_size=chunk, context_length=4096),
-                          order=order, eviction=eviction)
+                          SimParts(order=order, eviction=eviction))
     replay_checked(sim, trace, cost)
 
 

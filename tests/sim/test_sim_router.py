@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from bench.config import compose_bench, resolve_bench
 from bench.run import run_bench
 from bench.schema import RoutingKey
-from bench.sim import build_simulator, records_of
+from bench.sim import SimParts, build_simulator, records_of
 from bench.sim.cluster import Cluster
 from bench.sim.moves import moved_sessions, replay_routes
 from bench.sim.routing import CHARS_PER_TOKEN, replica_url, routing_text
@@ -74,9 +74,9 @@ def by_session(c: Cluster) -> dict[str, set[int]]:
 @pytest.mark.parametrize("router", [RoundRobinPolicy, RandomPolicy, CacheAwarePolicy, PrefixHashPolicy])
 def test_one_replica_is_the_lone_simulator_bit_for_bit(router):
     trace = sessions(6, 4, gap=0.05)
-    alone = build_simulator(trace, LinearCost(), sim_settings(), order=LpmPolicy())
+    alone = build_simulator(trace, LinearCost(), sim_settings(), SimParts(order=LpmPolicy()))
     alone.run()
-    replica = build_simulator(trace, LinearCost(), sim_settings(), order=LpmPolicy())
+    replica = build_simulator(trace, LinearCost(), sim_settings(), SimParts(order=LpmPolicy()))
     c = Cluster(trace, [replica], router())
     c.run()
     assert records_of(replica) == records_of(alone)

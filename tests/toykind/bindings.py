@@ -46,6 +46,7 @@ class ToySimBinding:
     """``+toy`` in the simulator: told of every finished request."""
 
     scope = Scope.replica
+    counters: tuple[str, ...] = ()
 
     def attach(self, spec: PolicySpec, settings: Any, parts: SimParts) -> None:
         policy = settings.build(spec.group)

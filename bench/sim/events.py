@@ -1,0 +1,111 @@
+"""The simulator's events: what a kind's simulator binding subscribes to.
+
+They mirror the server's (``server/sglang/scheduling/events.py``): the
+simulator loop (``engine.Simulator``) is a fixed dispatcher, and each chosen
+kind's binding puts *seams* on its record (``SimParts.seams``); each seam
+subscribes to every event whose face it has (these Protocols, checked with
+``isinstance``), in binding order:
+
+============== ===================================== ============================
+event          the simulator (the server's hop)      face
+============== ===================================== ============================
+arrival        ``Simulator._arrive`` (5), first       ``TagsArrival``, then
+               what the trace leaves out, then the    ``GatesArrival`` (one)
+               gate
+queue order    ``WaitingQueue.sort`` (6)             ``SimParts.order``
+prefill walk   ``Simulator._prefill_pass`` (7)        ``FiltersWalk``
+batch          before each forward (9)                ``OnBatchFormed``
+finished       ``Simulator._final``                   ``SimParts.observers``
+                                                      (``ObservesFinished``)
+counters       the run's meta                         ``CountsWork``
+dLLM round     ``bench.sim.dllm`` (6d)                ``SimParts.order``
+============== ===================================== ============================
+
+NOTE: faces are told apart by their method names (``isinstance`` on a
+runtime-checkable Protocol checks names only), so no two faces share one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from bench.sim.request import SimRequest
+
+
+@runtime_checkable
+class TagsArrival(Protocol):
+    """Completes a new request with what the trace does not carry (e.g. the adapter it names)."""
+
+    def tag(self, r: SimRequest) -> None:
+        """``r`` arrived (its output already clipped), before the gate decides on it."""
+        ...
+
+
+@runtime_checkable
+class GatesArrival(Protocol):
+    """Decides on each new request before it queues (at most one per simulator)."""
+
+    num_deferred: int
+    """Waiting requests it deferred (they wait sorted last; the walk stops at them)."""
+
+    def on_arrival(self, host: Any, r: SimRequest) -> str | None:
+        """The rejection reason, or ``None``: ``r`` may queue (deferred or not)."""
+        ...
+
+    def revisit(self, host: Any, waiting: list[SimRequest]) -> list[tuple[SimRequest, str]]:
+        """Offer deferred requests again (each prefill pass); return those now rejected."""
+        ...
+
+
+@runtime_checkable
+class FiltersWalk(Protocol):
+    """Skips waiting requests in the prefill walk (SGLang walks on past them)."""
+
+    def walk_started(self, running: Iterable[SimRequest], batch: Iterable[SimRequest]) -> None:
+        """A walk starts over the queue; ``batch``: what the chunked request already added."""
+        ...
+
+    def admits(self, r: SimRequest) -> bool:
+        """Whether ``r`` may join this pass's batch (``False``: skipped, the walk goes on)."""
+        ...
+
+    def walked(self, r: SimRequest) -> None:
+        """``r`` joined this pass's batch."""
+        ...
+
+
+@runtime_checkable
+class OnBatchFormed(Protocol):
+    """Told before each forward batch runs."""
+
+    def batch_formed(self, requests: Sequence[SimRequest], prefill: bool) -> float:
+        """``requests`` are about to run (``prefill``: an extend batch); seconds the
+        host spends before the forward on their behalf (0: none)."""
+        ...
+
+
+@runtime_checkable
+class CountsWork(Protocol):
+    """Reports counters for the run's meta."""
+
+    def counters(self) -> dict[str, int]:
+        """Counter name -> value so far."""
+        ...
+
+
+def one(seams: Sequence[object], face: type, event: str) -> Any:
+    """The single seam with ``face``, or ``None``.
+
+    NOTE: an event only one seam may own (the gate): a second is a binding
+    bug, refused when the simulator is built."""
+    found = [s for s in seams if isinstance(s, face)]
+    if len(found) > 1:
+        raise ValueError(f"two seams own the {event} event: {', '.join(type(s).__name__ for s in found)}")
+    return found[0] if found else None
+
+
+def having(seams: Sequence[object], face: type) -> list[Any]:
+    """The seams with ``face``, in binding order."""
+    return [s for s in seams if isinstance(s, face)]
