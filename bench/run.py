@@ -16,10 +16,8 @@ from typing import Any
 from bench.config import BenchSettings
 from bench.metrics import RequestRecord, Slo, Timeline, summarize, windows
 from bench.report import write_results
-from bench.sim import CostModel, SimSettings, TimelineSampler, build_simulator, records_of
-from bench.sim.binding import Scope, counter_names, sim_parts
-from bench.sim.cluster_run import simulate_cluster
-from bench.sim.overlap import IterationLog, client_visible
+from bench.sim import CostModel, SimSettings
+from bench.sim.servers import simulate
 from bench.traces import Trace, load_trace
 from bench.traces.shape import Shape, ShapedTrace, ShapeError, shape_trace
 from compose.config import ConfigError
@@ -80,8 +78,9 @@ def run_bench(settings: BenchSettings, out_dir: Path | None = None,
               progress: bool | None = None) -> dict[str, Any]:
     """Replay ``settings.trace`` and return (and, with ``out_dir``, write) the results.
 
-    Behind ``+router`` the result also holds the ``bench.sim.cluster.Cluster``
-    (``result["cluster"]``: routing calls, replica of every request), which
+    Where a gateway kind's deployment replayed it over several servers, the
+    result also holds the ``bench.sim.cluster.Cluster`` (``result["cluster"]``:
+    routing calls, replica of every request, from ``meta["cluster"]``), which
     is not written; ``replicas.csv`` in ``out_dir`` has each request's replica.
     ``result["records"]`` holds every request's ``RequestRecord`` (written as
     ``requests.csv``, rounded, when ``out_dir`` is given)."""
@@ -101,10 +100,12 @@ def run_bench(settings: BenchSettings, out_dir: Path | None = None,
     t1 = time.perf_counter()
     if settings.is_live:
         records, timeline, mode_meta = _live(settings, trace, show)
-    elif settings.sim.dllm.enabled:
-        records, timeline, mode_meta = _simulate_dllm(settings, trace, cost, sim_settings, show)
     else:
-        records, timeline, mode_meta = _simulate(settings, trace, cost, sim_settings, show)
+        bar = _Progress(len(trace.requests), show, desc=trace.name)
+        try:
+            records, timeline, mode_meta = simulate(settings, trace, cost, sim_settings, bar)
+        finally:
+            bar.close()
     replay_s = time.perf_counter() - t1
     cluster = mode_meta.pop("cluster", None)
 
@@ -133,74 +134,10 @@ def run_bench(settings: BenchSettings, out_dir: Path | None = None,
             (out_dir / "replicas.csv").write_text(
                 "rid,replica\n" + "".join(f"{rid},{i}\n" for rid, i in cluster.assignment.items()))
     if cluster is not None:
-        result["cluster"] = cluster  # NOTE: for callers (bench/scripts/router.py); never written
+        result["cluster"] = cluster  # NOTE: for callers (the routing table's script); never written
         log.info("bench: results in %s", out_dir)
     result["records"] = records  # NOTE: for callers (tests/sim/test_golden.py); never written
     return result
-
-
-def _simulate(settings: BenchSettings, trace: Trace, cost: CostModel, sim_settings: SimSettings,
-              show: bool) -> tuple[list[RequestRecord], Timeline, dict[str, Any]]:
-    log.info("bench: KV pool %d tokens, %d request slots", sim_settings.capacity,
-             sim_settings.max_running_requests)
-    gateway = sim_parts(settings, Scope.gateway)
-    if gateway.router is not None or settings.sim.replicas != 1:
-        bar = _Progress(len(trace.requests), show, desc=f"{trace.name} x{settings.sim.replicas}")
-        try:
-            return simulate_cluster(settings, gateway, trace, cost, sim_settings, bar)
-        finally:
-            bar.close()
-    parts = sim_parts(settings, Scope.replica)
-    sync = settings.accelerator.synchronous_forward
-    iterations = IterationLog(cost) if sync else None
-    sim = build_simulator(trace, iterations if iterations is not None else cost, sim_settings, parts)
-    if iterations is not None:
-        iterations.clock = lambda: sim.now
-    sampler = TimelineSampler(settings.metrics.timeline_dt_s)
-    bar = _Progress(len(trace.requests), show, desc=trace.name)
-    sim.on_sample, sim.on_final = sampler, bar
-    try:
-        sim.run()
-    finally:
-        bar.close()
-    records = records_of(sim)
-    if iterations is not None:
-        records = client_visible(records, iterations)
-    meta = {
-        "sim": asdict(sim_settings), "iterations": sim.num_iterations,
-        "decode_steps": sim.running.step, "simulated_s": sim.now,
-        "evicted_tokens": sim.cache.num_evicted_tokens,
-        "evicted_recomputed_tokens": sim.evicted_recomputed_tokens,
-        "gap_recomputed_tokens": sim.gap_recomputed_tokens,
-        # NOTE: every kind's counters, 0 where it is not chosen (SimBinding.counters)
-        **dict.fromkeys(counter_names(), 0), **sim.counters(),
-        "restored_tokens": sim.restored_tokens,
-        "token_times": "as clients see them (synchronous forward: one iteration late)" if sync
-        else "iteration ends",
-    }
-    if iterations is not None:
-        # NOTE: SGLang's own accounting, comparable with a live run's (bench.counters).
-        meta["engine_counters"] = iterations.engine_counters().to_dict()
-    return records, sampler.timeline(sim_settings.capacity), meta
-
-
-def _simulate_dllm(settings: BenchSettings, trace: Trace, cost: CostModel, sim_settings: SimSettings,
-                   show: bool) -> tuple[list[RequestRecord], Timeline, dict[str, Any]]:
-    """A diffusion LM's block rounds (``sim.dllm.enabled``; ``bench/sim/dllm``)."""
-    from bench.sim.dllm import simulate
-
-    bar = _Progress(len(trace.requests), show, desc=f"{trace.name} (dLLM)")
-    try:
-        order = sim_parts(settings, Scope.replica).order
-        records, timeline, meta, _ = simulate(trace, settings.sim.dllm, cost, order,
-                                              settings.sim.max_running_requests, settings.metrics.timeline_dt_s,
-                                              sim_settings.capacity, on_final=bar)
-    finally:
-        bar.close()
-    log.info("bench: dLLM %s: %d slots, %d blocks per round, %d rounds", meta["order"], meta["slots"],
-             meta["round_blocks"], meta["rounds"])
-    # NOTE: "iterations" are dLLM rounds here (the summary's wording is shared)
-    return records, timeline, {"dllm": meta, "iterations": meta["rounds"], "simulated_s": meta["simulated_s"]}
 
 
 def _live(settings: BenchSettings, trace: Trace,

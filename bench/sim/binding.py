@@ -7,25 +7,31 @@ gets its own policy objects, which keep per-server state) and one for the
 gateway in front of them (``Scope.gateway``), by looping over the chosen kinds;
 it never names a kind. A part no chosen kind filled keeps stock SGLang's
 behaviour (``build_simulator``). Besides the two policy seams every SGLang
-server has (the queue order, the eviction order) and the gateway's routing
-seam, a kind adds *seams* that subscribe to the simulator's events
-(``events.py``), as a server binding's seams subscribe to the scheduler's.
+server has (the queue order, the eviction order), a kind adds *seams* that
+subscribe to the simulator's events (``events.py``), as a server binding's
+seams subscribe to the scheduler's; a gateway kind puts a ``Deployment`` on
+the gateway's record, which replays the trace over several servers
+(``servers.simulate``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from compose.kinds import Kind, kinds, load_binding
 
 if TYPE_CHECKING:
     from bench.config import BenchSettings
+    from bench.metrics import RequestRecord, Timeline
+    from bench.sim.cost import CostModel
+    from bench.sim.settings import SimSettings
+    from bench.traces.trace import Trace
     from compose.specs import PolicySpec
     from policies.cache import EvictionPolicy
     from policies.feedback import ObservesFinished
-    from policies.router import RouterPolicy
     from policies.scheduling import SchedulingPolicy
 
 
@@ -36,6 +42,15 @@ class Scope(StrEnum):
     """Inside each simulated SGLang server (one object per replica)."""
     gateway = "gateway"
     """In the gateway in front of the replicas (one object per run)."""
+
+
+class Deployment(Protocol):
+    """Replays a trace over several simulated servers (a gateway kind's, ``SimParts.deployment``)."""
+
+    def __call__(self, settings: BenchSettings, trace: Trace, cost: CostModel, sim_settings: SimSettings,
+                 on_final: Callable[[Any], None]) -> tuple[list[RequestRecord], Timeline, dict[str, Any]]:
+        """The run's records, timeline and meta (each server built from its own replica record)."""
+        ...
 
 
 @dataclass
@@ -55,8 +70,8 @@ class SimParts:
     simulator (they keep its state)."""
     observers: list[ObservesFinished] = field(default_factory=list)
     """Policies told of every finished request, in binding order, after ``order``."""
-    router: RouterPolicy | None = None
-    """The gateway's routing policy (``bench.sim.cluster.Cluster``; ``None``: one server)."""
+    deployment: Deployment | None = None
+    """The gateway's: the servers the trace is replayed over (``None``: one server)."""
 
 
 @runtime_checkable
@@ -100,4 +115,4 @@ def sim_parts(settings: BenchSettings, scope: Scope) -> SimParts:
     return parts
 
 
-__all__ = ["Scope", "SimBinding", "SimParts", "counter_names", "sim_binding", "sim_parts"]
+__all__ = ["Deployment", "Scope", "SimBinding", "SimParts", "counter_names", "sim_binding", "sim_parts"]

@@ -1,7 +1,7 @@
 """Simulator binding of the router kind (``+router``): replicas behind the gateway.
 
-``+router`` attaches its policy to the gateway's record (``Scope.gateway``);
-a run whose gateway has a router (or that asks for ``sim.replicas`` > 1)
+``+router`` puts a ``ClusterDeployment`` on the gateway's record
+(``Scope.gateway``: ``SimParts.deployment``), so the run (``servers.simulate``)
 replays the trace through ``cluster.Cluster``: ``sim.replicas`` simulators,
 each built from its own replica record (policy objects keep per-server state).
 """
@@ -20,12 +20,12 @@ from bench.sim.binding import Scope, SimParts, sim_parts
 from bench.sim.cluster import Cluster, ClusterSampler
 from bench.sim.overlap import IterationLog, client_visible
 from bench.traces import Trace
-from compose.config import ConfigError
 from compose.specs import build_policy
 
 if TYPE_CHECKING:
     from bench.config import BenchSettings
     from compose.specs import PolicySpec
+    from policies.router import RouterPolicy
 
 
 class _RouterBinding:
@@ -35,27 +35,34 @@ class _RouterBinding:
     counters: tuple[str, ...] = ()
 
     def attach(self, spec: PolicySpec, settings: BenchSettings, parts: SimParts) -> None:
-        parts.router = build_policy(spec)
+        parts.deployment = ClusterDeployment(build_policy(spec))
 
 
 BINDING = _RouterBinding()
 
 
-def simulate_cluster(settings: BenchSettings, gateway: SimParts, trace: Trace, cost: CostModel,
+class ClusterDeployment:
+    """``sim.replicas`` simulated servers behind the gateway's ``router`` (``bench.sim.binding.Deployment``)."""
+
+    def __init__(self, router: RouterPolicy) -> None:
+        self.router = router
+
+    def __call__(self, settings: BenchSettings, trace: Trace, cost: CostModel, sim_settings: SimSettings,
+                 on_final: Callable[[Any], None]) -> tuple[list[RequestRecord], Timeline, dict[str, Any]]:
+        return simulate_cluster(settings, self.router, trace, cost, sim_settings, on_final)
+
+
+def simulate_cluster(settings: BenchSettings, router: RouterPolicy, trace: Trace, cost: CostModel,
                      sim_settings: SimSettings, on_final: Callable[[Any], None]
                      ) -> tuple[list[RequestRecord], Timeline, dict[str, Any]]:
-    """``sim.replicas`` simulators behind ``gateway.router`` (``cluster.py``)."""
-    n = settings.sim.replicas
-    if n < 1:
-        raise ConfigError(f"sim.replicas must be >= 1, got {n}")
-    if gateway.router is None:
-        raise ConfigError(f"sim.replicas={n} needs +router=<option> (the gateway's routing policy)")
+    """``sim.replicas`` simulators behind ``router`` (``cluster.py``)."""
+    n = settings.sim.replicas  # NOTE: >= 1 (servers.simulate)
     replicas = [sim_parts(settings, Scope.replica) for _ in range(n)]
     sync = settings.accelerator.synchronous_forward
     logs = [IterationLog(cost) if sync else None for _ in range(n)]
     sims = [build_simulator(trace, it if it is not None else cost, sim_settings, p)
             for p, it in zip(replicas, logs, strict=True)]
-    cluster = Cluster(trace, sims, gateway.router, seed=settings.sim.router_seed, key=settings.sim.routing_key)
+    cluster = Cluster(trace, sims, router, seed=settings.sim.router_seed, key=settings.sim.routing_key)
     sampler = ClusterSampler(cluster, settings.metrics.timeline_dt_s)
     for sim, it in zip(sims, logs, strict=True):
         sim.on_sample, sim.on_final = sampler, on_final
