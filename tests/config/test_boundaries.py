@@ -181,3 +181,39 @@ def test_no_module_reaches_itself_through_its_imports():
     assert {"radix.tree", "radix.kv", "server.sglang.scheduling.state"} <= set(graph)
     assert "radix.kv" in graph["radix.tree"]  # the graph sees `from radix import kv`
     assert not circles(graph)
+
+
+# ------------------------------------------------------------------ hubs
+
+#: Files every kind passes through; a kind binds itself elsewhere (docs/adding-a-kind.md).
+HUBS = ("server/sglang/launch/plugin.py", "server/sglang/launch/args.py",
+        "server/sglang/scheduling/scheduler.py", "bench/run.py", "bench/sim/engine.py")
+
+
+def kind_mentions(path: Path) -> list[str]:
+    """Where ``path`` names a kind: its group as a string (``"cache"``), its switch
+    (``+cache=``), or an import of its contract package (``policies.cache``)."""
+    from compose.kinds import kinds
+
+    found: list[str] = []
+    tree = ast.parse(path.read_text())
+    groups = {k.group for k in kinds()}
+    packages = {k.contract_module for k in kinds()}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+            found += [f"{node.lineno}: {text!r}" for g in groups if text == g or f"+{g}=" in text]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found += [f"{node.lineno}: from {node.module}" for p in packages
+                      if node.module == p or node.module.startswith(p + ".")]
+    return found
+
+
+def test_kind_mentions_finds_a_kind(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text('from policies.cache.lru import LruPolicy\nx = "router"\ny = "use +admission=basin"\n')
+    assert len(kind_mentions(probe)) == 3
+
+
+def test_the_hubs_name_no_kind():
+    assert {h: kind_mentions(REPO / h) for h in HUBS} == {h: [] for h in HUBS}
