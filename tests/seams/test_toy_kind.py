@@ -98,3 +98,15 @@ def test_the_plugin_installs_the_toy_on_sglangs_scheduler(toy, monkeypatch):
     assert sglang_scheduler.Scheduler.get_next_batch_to_run is not original
     assert [sglang_scheduler.Scheduler.get_next_batch_to_run(object()) for _ in range(3)] == [None] * 3
     assert policy.decided == 3  # every=1 holds each pass: SGLang's own pick never ran
+
+
+def test_a_chosen_kind_this_process_does_not_know_fails_naming_it(toy):
+    plan = server_plan(toy)
+    unregister_kind(TOY.group)  # NOTE: as in an SGLang process that never imported the toy's modules
+    try:
+        with pytest.raises(ConfigError, match=r"\+toy was chosen but this process .* has no kind 'toy'"):
+            plugin.install(plan)
+        with pytest.raises(ConfigError, match=r"\+toy was chosen"):
+            sglang_fields(plan)
+    finally:
+        register_kind(TOY)

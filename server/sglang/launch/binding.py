@@ -18,6 +18,7 @@ SGLang only inside ``install`` (the launcher imports them to build the argv).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -95,5 +96,17 @@ def server_binding(kind: Kind) -> ServerBinding:
 
 
 def chosen(plan: LaunchPlan) -> list[tuple[PolicySpec, ServerBinding]]:
-    """The plan's chosen kinds with their bindings, in the registry's order."""
+    """The plan's chosen kinds with their bindings, in the registry's order.
+
+    NOTE: a group the plan chose but this process has no kind for (a kind
+    registered in the launching process only, not at import of a module every
+    SGLang process loads) raises ``ConfigError`` naming it: skipping it would
+    serve without the policy the user chose."""
+    registered = {k.group for k in kinds()}
+    unknown = [g for g in plan.policies if g not in registered]
+    if unknown:
+        raise ConfigError(
+            f"+{unknown[0]} was chosen but this process (pid {os.getpid()}) has no kind '{unknown[0]}' registered: "
+            "register_kind must run at import of a module every SGLang process loads "
+            "(the kind's contract or server binding module)")
     return [(plan.policies[k.group], server_binding(k)) for k in kinds() if k.group in plan.policies]
