@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from server.sglang.launch.symbols import HookedSymbol
+
 if TYPE_CHECKING:
     from compose.specs import PolicySpec
     from server.resolve import LaunchPlan
@@ -18,6 +20,9 @@ if TYPE_CHECKING:
 
 class RouterBinding:
     """``+router``: nothing in the worker; the gateway is planned by ``server/cluster/plan.py``."""
+
+    symbols: tuple[HookedSymbol, ...] = ()
+    """Its rows of the hook contract (none: SMG, not SGLang, routes)."""
 
     def launch(self, spec: PolicySpec, launch: LaunchFields) -> None:
         return None  # NOTE: workers run stock; the gateway (SMG) routes between them

@@ -18,7 +18,8 @@ from server.sglang.launch import contract, plugin
 from server.sglang.launch import main as launch
 from server.sglang.launch.env import PLAN_ENV
 
-ADAPTER_DIR = Path(__file__).resolve().parents[1] / "server" / "sglang"
+# NOTE: the repository's server/sglang/ (parents[2]: tests/seams/ -> the repository)
+ADAPTER_DIR = Path(__file__).resolve().parents[2] / "server" / "sglang"
 
 
 def test_installed_sglang_satisfies_the_contract():
@@ -31,10 +32,12 @@ def test_every_sglang_symbol_the_adapter_imports_is_in_the_contract():
     import importlib
     import types
 
-    listed = {s.path for s in contract.HOOKED_SYMBOLS}
+    listed = {s.path for s in contract.all_symbols()}
     covered = listed | {p.rsplit(".", 1)[0] for p in listed}  # a class whose method is listed
     unlisted = []
-    for path in ADAPTER_DIR.glob("*.py"):
+    paths = sorted(ADAPTER_DIR.rglob("*.py"))
+    assert len(paths) > 20  # NOTE: the walk reaches every seam folder
+    for path in paths:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sglang"):
                 for alias in node.names:
@@ -43,8 +46,8 @@ def test_every_sglang_symbol_the_adapter_imports_is_in_the_contract():
                     if isinstance(obj, types.ModuleType):
                         continue  # attributes used through a module object are listed individually
                     if full not in covered:
-                        unlisted.append(f"{path.name}: {full}")
-    assert not unlisted, f"SGLang symbols used but not in contract.HOOKED_SYMBOLS: {unlisted}"
+                        unlisted.append(f"{path.relative_to(ADAPTER_DIR)}: {full}")
+    assert not unlisted, f"SGLang symbols used but in no contract row: {unlisted}"
 
 
 def plan_file(tmp_path, *overrides):
@@ -87,3 +90,12 @@ def test_plugin_is_inert_without_a_switchboard_plan(monkeypatch):
     monkeypatch.delenv(PLAN_ENV, raising=False)
     monkeypatch.delattr(sglang_scheduler.Scheduler, "init_schedule_policy")
     plugin.register()  # no plan: nothing verified, nothing installed, no error
+
+
+def test_a_kinds_own_rows_are_checked_whether_or_not_it_is_chosen(monkeypatch, tmp_path):
+    from sglang.srt.lora.mem_pool import LoRAMemoryPool
+
+    monkeypatch.delattr(LoRAMemoryPool, "prepare_lora_batch")  # a row of the adapters kind's binding
+    plan, _ = plan_file(tmp_path)  # no +adapters chosen
+    with pytest.raises(contract.HookContractError, match="LoRAMemoryPool.prepare_lora_batch is missing"):
+        launch.prepare(plan)

@@ -110,3 +110,12 @@ def test_a_chosen_kind_this_process_does_not_know_fails_naming_it(toy):
             sglang_fields(plan)
     finally:
         register_kind(TOY)
+
+
+def test_the_toys_contract_row_is_checked_at_startup(toy, monkeypatch):
+    from server.sglang.launch import contract
+
+    assert bindings.HOOKED in {s.path for s in contract.all_symbols()}
+    assert contract.problems() == []
+    monkeypatch.delattr(sglang_scheduler.Scheduler, "get_next_batch_to_run")
+    assert any(bindings.HOOKED in p for p in contract.problems())

@@ -6,6 +6,7 @@ from typing import Any
 
 from bench.sim.binding import Scope, SimParts
 from compose.specs import PolicySpec, build_policy
+from server.sglang.launch.symbols import HookedSymbol
 
 #: The SGLang method the server binding wraps (a real one; ``HookRegistry`` resolves it).
 HOOKED = "sglang.srt.managers.scheduler.Scheduler.get_next_batch_to_run"
@@ -15,6 +16,9 @@ BUILT: list[Any] = []
 
 class ToyServerBinding:
     """``+toy`` in SGLang: ``--schedule-conservativeness`` and an AROUND hook on the batch pick."""
+
+    symbols = (HookedSymbol(HOOKED, ("self", "running_batch", "last_batch")),)
+    """Its row of the hook contract: the method it wraps."""
 
     def launch(self, spec: PolicySpec, launch: Any) -> None:
         needs = spec.needs_of()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from compose.config import ConfigError
 from compose.specs import build_policy
+from server.sglang.adapters.symbols import ADAPTERS_SYMBOLS
 from server.sglang.launch.binding import LaunchFields, SchedulerParts
 
 if TYPE_CHECKING:
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
 
 class AdaptersBinding:
     """``+adapters``: LoRA launch fields and the slot hooks."""
+
+    symbols = ADAPTERS_SYMBOLS
+    """Its rows of the hook contract (SGLang's LoRA path)."""
 
     def launch(self, spec: PolicySpec, launch: LaunchFields) -> None:
         fields, require = launch.fields, launch.require

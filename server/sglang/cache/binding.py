@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from compose.config import ConfigError
 from compose.specs import build_policy
 from server.sglang.cache.names import EVICTION_STRATEGY_NAME, GAP_CACHE_BACKEND, register_eviction_choice
+from server.sglang.cache.symbols import CACHE_SYMBOLS
 from server.sglang.launch.binding import LaunchFields, SchedulerParts
 
 if TYPE_CHECKING:
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
 
 class CacheBinding:
     """``+cache``: the eviction seam or the gap cache, and the flags each needs."""
+
+    symbols = CACHE_SYMBOLS
+    """Its rows of the hook contract (the eviction seam and the gap cache)."""
 
     def launch(self, spec: PolicySpec, launch: LaunchFields) -> None:
         fields = launch.fields

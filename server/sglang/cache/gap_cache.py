@@ -63,33 +63,9 @@ from server.sglang.cache.gap_paths import (
 )
 from server.sglang.cache.host_kv import HostKVTier, restore_host_run
 from server.sglang.cache.names import GAP_CACHE_BACKEND
+from server.sglang.cache.symbols import GAP_CACHE_SYMBOLS
 from server.sglang.launch import contract
 
-_MC = "sglang.srt.mem_cache"
-#: SGLang symbols this module uses (checked by ``register_gap_cache``).
-GAP_CACHE_SYMBOLS: tuple[contract.HookedSymbol, ...] = tuple(
-    contract.HookedSymbol(path, params) for path, params in (
-        (f"{_MC}.registry.register_radix_cache_backend", ("name", "factory")),
-        (f"{_MC}.registry.get_radix_cache_factory", ("name",)),
-        (f"{_MC}.base_prefix_cache.BasePrefixCache.checkpoint", ("self", "req", "up_to", "kwargs")),
-        (f"{_MC}.base_prefix_cache.MatchResult", None),
-        (f"{_MC}.base_prefix_cache.MatchPrefixParams", None),
-        (f"{_MC}.base_prefix_cache.InsertParams", None),
-        (f"{_MC}.base_prefix_cache.InsertResult", None),
-        (f"{_MC}.base_prefix_cache.EvictParams", None),
-        (f"{_MC}.base_prefix_cache.EvictResult", None),
-        (f"{_MC}.base_prefix_cache.IncLockRefResult", None),
-        (f"{_MC}.base_prefix_cache.DecLockRefResult", None),
-        (f"{_MC}.radix_cache.RadixKey.match_at", ("self", "other", "offset", "page_size")),
-        (f"{_MC}.radix_cache.RadixKey.child_key_at", ("self", "offset", "page_size")),
-        (f"{_MC}.unified_cache.component_type.ComponentType.FULL", None),
-        # the host tier (host_kv.py): the default KV pool's own offload API
-        (f"{_MC}.allocator.token.TokenToKVPoolAllocator.get_kvcache", ("self",)),
-        (f"{_MC}.memory_pool.MHATokenToKVPool.get_cpu_copy",
-         ("self", "indices", "mamba_indices", "req_pool_index")),
-        (f"{_MC}.memory_pool.MHATokenToKVPool.load_cpu_copy",
-         ("self", "kv_cache_cpu", "indices", "mamba_indices", "req_pool_index")),
-    ))
 
 class GapRadixCache(bpc.BasePrefixCache):
     """SGLang prefix cache whose nodes can be hollow (see module docs)."""

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from compose.config import ConfigError
 from compose.kinds import Kind, kinds, load_binding
+from server.sglang.launch.symbols import HookedSymbol
 
 if TYPE_CHECKING:
     from compose.specs import PolicySpec
@@ -74,6 +75,10 @@ class SchedulerParts:
 class ServerBinding(Protocol):
     """One kind's binding in the server (see the module docstring)."""
 
+    symbols: tuple[HookedSymbol, ...]
+    """Every SGLang symbol its hooks touch beyond the core's (``launch/contract.py``):
+    startup checks them in every SGLang process, the kind chosen or not."""
+
     def launch(self, spec: PolicySpec, launch: LaunchFields) -> None:
         """Set the launch fields ``spec``'s needs imply; raise ``ConfigError`` for a refused combination."""
         ...
@@ -91,7 +96,7 @@ def server_binding(kind: Kind) -> ServerBinding:
     """The kind's server binding object, checked against the contract."""
     binding = load_binding(kind.server_binding)
     if not isinstance(binding, ServerBinding):
-        raise TypeError(f"{kind.server_binding} is not a ServerBinding (launch, install, extend_cli)")
+        raise TypeError(f"{kind.server_binding} is not a ServerBinding (symbols, launch, install, extend_cli)")
     return binding
 
 

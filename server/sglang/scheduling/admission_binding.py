@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from compose.specs import build_policy
 from server.sglang.launch.binding import LaunchFields, SchedulerParts
+from server.sglang.launch.symbols import HookedSymbol
 
 if TYPE_CHECKING:
     from compose.specs import PolicySpec
@@ -20,6 +21,9 @@ if TYPE_CHECKING:
 
 class AdmissionBinding:
     """``+admission``: the gate's policy, handed to the scheduler."""
+
+    symbols: tuple[HookedSymbol, ...] = ()
+    """Its rows of the hook contract (none of its own: the gate runs on the core's scheduler events)."""
 
     def launch(self, spec: PolicySpec, launch: LaunchFields) -> None:
         return None

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from compose.specs import build_policy
 from server.sglang.launch.binding import LaunchFields, SchedulerParts
+from server.sglang.scheduling.symbols import ORDER_SYMBOLS
 
 if TYPE_CHECKING:
     from compose.specs import PolicySpec
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
 
 class OrderBinding:
     """``+policy``: launch flags from ``SchedulingNeeds``; the order handed to the scheduler."""
+
+    symbols = ORDER_SYMBOLS
+    """Its rows of the hook contract (the match tracker, the dLLM round host, the capture)."""
 
     def launch(self, spec: PolicySpec, launch: LaunchFields) -> None:
         needs = spec.needs_of()

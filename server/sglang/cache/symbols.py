@@ -1,0 +1,52 @@
+"""The cache kind's rows of the hook contract (``CacheBinding.symbols``).
+
+A leaf module (no SGLang import): the binding lists them, startup checks them
+with the core's (``launch/contract.py``), and the seams that use them import
+nothing to know them.
+"""
+
+from __future__ import annotations
+
+from server.sglang.launch.symbols import POLICY, HookedSymbol
+
+#: The eviction seam (``eviction.py``, ``names.py``) and the gap prefill walk (``gap_prefill.py``).
+EVICTION_SYMBOLS: tuple[HookedSymbol, ...] = (
+    HookedSymbol("sglang.srt.mem_cache.evict_policy.EvictionStrategy.get_priority", ("self", "node")),
+    HookedSymbol(f"{POLICY}.PrefillAdder._select_prefill_admission",
+                 ("self", "req", "total_tokens", "host_hit_length", "swa_host_hit_length",
+                  "truncation_align_size", "has_chunked_req")),
+    HookedSymbol(f"{POLICY}.PrefillAdder.budget_state", ("self",)),
+    HookedSymbol(f"{POLICY}._PrefillAdmission"),
+    HookedSymbol("sglang.srt.mem_cache.utils._EVICTION_POLICY_FACTORIES"),
+    HookedSymbol("sglang.srt.arg_groups.choices.RADIX_EVICTION_POLICY_CHOICES"),
+    HookedSymbol("sglang.srt.arg_groups.choices.add_radix_eviction_policy_choices"),
+)
+
+_MC = "sglang.srt.mem_cache"
+#: SGLang symbols the gap cache (``gap_cache.py``, ``host_kv.py``) uses (checked at startup with the binding's rows, and again by ``register_gap_cache``).
+GAP_CACHE_SYMBOLS: tuple[HookedSymbol, ...] = tuple(
+    HookedSymbol(path, params) for path, params in (
+        (f"{_MC}.registry.register_radix_cache_backend", ("name", "factory")),
+        (f"{_MC}.registry.get_radix_cache_factory", ("name",)),
+        (f"{_MC}.base_prefix_cache.BasePrefixCache.checkpoint", ("self", "req", "up_to", "kwargs")),
+        (f"{_MC}.base_prefix_cache.MatchResult", None),
+        (f"{_MC}.base_prefix_cache.MatchPrefixParams", None),
+        (f"{_MC}.base_prefix_cache.InsertParams", None),
+        (f"{_MC}.base_prefix_cache.InsertResult", None),
+        (f"{_MC}.base_prefix_cache.EvictParams", None),
+        (f"{_MC}.base_prefix_cache.EvictResult", None),
+        (f"{_MC}.base_prefix_cache.IncLockRefResult", None),
+        (f"{_MC}.base_prefix_cache.DecLockRefResult", None),
+        (f"{_MC}.radix_cache.RadixKey.match_at", ("self", "other", "offset", "page_size")),
+        (f"{_MC}.radix_cache.RadixKey.child_key_at", ("self", "offset", "page_size")),
+        (f"{_MC}.unified_cache.component_type.ComponentType.FULL", None),
+        # the host tier (host_kv.py): the default KV pool's own offload API
+        (f"{_MC}.allocator.token.TokenToKVPoolAllocator.get_kvcache", ("self",)),
+        (f"{_MC}.memory_pool.MHATokenToKVPool.get_cpu_copy",
+         ("self", "indices", "mamba_indices", "req_pool_index")),
+        (f"{_MC}.memory_pool.MHATokenToKVPool.load_cpu_copy",
+         ("self", "kv_cache_cpu", "indices", "mamba_indices", "req_pool_index")),
+    ))
+
+#: Every row of the cache kind.
+CACHE_SYMBOLS = EVICTION_SYMBOLS + GAP_CACHE_SYMBOLS
