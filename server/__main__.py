@@ -12,6 +12,7 @@ Config mistakes exit with status 2 and one line naming the field or option.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -21,6 +22,7 @@ import hydra
 from omegaconf import DictConfig
 
 from compose.config import CONF_DIR, CONFIG_NAME, ConfigError, compose
+from compose.help import reader_may_leave, register_resolver
 from compose.schema import register_schemas
 
 EXIT_CONFIG = 2
@@ -97,17 +99,21 @@ def main() -> None:
     from hydra._internal.utils import get_args_parser
 
     register_schemas()
+    register_resolver()  # NOTE: `--help` is Hydra's page; its middle is generated (compose/help.py)
     args = get_args_parser().parse_args(sys.argv[1:])
     informational = args.help or args.hydra_help or args.info or args.shell_completion
     custom_config = args.config_path or args.config_name or args.config_dir
-    if not (informational or custom_config):
+    # NOTE: Hydra composes `--help`'s overrides too: a mistake there is the same one line.
+    with_overrides = bool(args.overrides) and not args.shell_completion
+    if not custom_config and (with_overrides or not informational):
         # NOTE: Hydra would print a multi-line report and exit 1; compose once
         # here so a mistake is one line naming the field, exit status 2.
         try:
             compose(args.overrides)
         except ConfigError as exc:
             _fail(str(exc))
-    _hydra_main()
+    with reader_may_leave() if informational else contextlib.nullcontext():
+        _hydra_main()
 
 
 if __name__ == "__main__":

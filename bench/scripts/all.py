@@ -41,6 +41,7 @@ from pathlib import Path
 
 from bench.scripts.common import code_commit
 from bench.traces.paths import REPO_ROOT, default_data_root
+from compose.progress import Progress
 
 
 @dataclass(frozen=True)
@@ -152,15 +153,20 @@ def main() -> None:
     commit, done = start(args.resume)
     path = progress_path(commit)
     path.parent.mkdir(parents=True, exist_ok=True)
-    for table in tables:
-        if table.name in done:
-            print(f"== {table.command}: done at {commit} ({done[table.name] / 60:.1f} min), skipped", flush=True)
-            continue
-        print(f"== {table.command}", flush=True)
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", *table.args], cwd=REPO_ROOT, check=True)
-        done[table.name] = time.perf_counter() - t0
-        path.write_text(json.dumps({"commit": commit, "done": done}, indent=1))
+    # NOTE: plain lines, one per table, even on a terminal: each table's script draws its own
+    # bar there, and two processes' bars on one terminal overwrite each other.
+    with Progress(len(tables), "all tables", unit="table", interval_s=0.0, eta=False, bar=False) as bar:
+        for table in tables:
+            if table.name in done:
+                print(f"== {table.command}: done at {commit} ({done[table.name] / 60:.1f} min), skipped", flush=True)
+                bar.update(status=f"{table.name} skipped")
+                continue
+            print(f"== {table.command}", flush=True)
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", *table.args], cwd=REPO_ROOT, check=True)
+            done[table.name] = time.perf_counter() - t0
+            path.write_text(json.dumps({"commit": commit, "done": done}, indent=1))
+            bar.update(status=f"{table.name} in {done[table.name] / 60:.1f} min")
     runs = [(t, done[t.name]) for t in tables]
     manifest = render(commit, runs, checksums(default_data_root()), args)
     (REPO_ROOT / "bench" / "results" / "MANIFEST.md").write_text(manifest)

@@ -13,6 +13,7 @@ committed.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from datetime import UTC, datetime
 
@@ -20,6 +21,7 @@ from bench.config import compose_bench, resolve_bench
 from bench.report import fmt
 from bench.run import run_bench
 from bench.scripts.common import add_output_args, git_commit
+from compose.progress import Progress
 
 #: (trace option, time scale): Mooncake at 1x overloads one H100 ~3x; Azure
 #: conversation at 1x leaves it mostly idle.
@@ -55,17 +57,22 @@ def main() -> None:
     git_commit()  # NOTE: stamps the run now (cached), before any work
 
     sections = []
-    for trace, scale in TRACES:
-        rows, meta = [], None
-        for policy in POLICIES:
-            overrides = overrides_for(trace, scale, policy)
-            settings = resolve_bench(compose_bench([*overrides, "output.progress=false"]))
-            t0 = time.perf_counter()
-            result = run_bench(settings, args.results / trace / (policy or "builtin"))
-            print(f"{trace} {policy or 'builtin'}: {time.perf_counter() - t0:.1f} s", flush=True)
-            rows.append((policy, result["summary"], overrides))
-            meta = result["meta"]
-        sections.append((trace, scale, meta, rows))
+    # NOTE: one bar over the whole sweep (each run's own replay bar is off); the per-run
+    # lines are printed as before, above the bar on a terminal.
+    with Progress(len(TRACES) * len(POLICIES), "baselines", unit="run") as bar:
+        for trace, scale in TRACES:
+            rows, meta = [], None
+            for policy in POLICIES:
+                bar.status(f"{trace} {policy or 'builtin'}")
+                overrides = overrides_for(trace, scale, policy)
+                settings = resolve_bench(compose_bench([*overrides, "output.progress=false"]))
+                t0 = time.perf_counter()
+                result = run_bench(settings, args.results / trace / (policy or "builtin"))
+                bar.write(f"{trace} {policy or 'builtin'}: {time.perf_counter() - t0:.1f} s", file=sys.stdout)
+                bar.update()
+                rows.append((policy, result["summary"], overrides))
+                meta = result["meta"]
+            sections.append((trace, scale, meta, rows))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(render(sections))
     print(f"wrote {args.out}")

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from typing import Any
 
@@ -90,6 +91,7 @@ from bench.scripts.dwise_setup import (
     time_scale,
     window_overrides,
 )
+from compose.progress import Progress
 
 
 def choose(scores: dict[Any, list[tuple[dict[str, Any], dict[str, Any]]]], current: Any) -> tuple[Any, bool]:
@@ -102,10 +104,27 @@ def choose(scores: dict[Any, list[tuple[dict[str, Any], dict[str, Any]]]], curre
     return min(scores, key=lambda k: max(e2e(d, "p99") / e2e(s, "p99") for d, s in scores[k])), False
 
 
-def tune(progress: Any) -> dict[str, Any]:
+def runs_total() -> int:
+    """Simulated runs of a full ``main``: the tuning sweeps (a DWISE setting already tried counts
+    as runs skipped), then every reported cell's rows and the client-cap DWISE reruns."""
+    bases = len(WORKLOADS) * len(TUNE_LOADS)
+    tuning = bases * (len(STOCK_SLOTS_SWEEP) + len(SHAPE_SWEEP) + len(WAIT_SWEEP) + len(PRIOR_SWEEP))
+    return tuning + len(WORKLOADS) * (len(LOADS) * (len(ROWS) + 1) + len(ROWS))
+
+
+def counted(overrides: list[str], bar: Progress | None) -> dict[str, Any]:
+    """``run(overrides)``, advancing ``bar`` by one run."""
+    out = run(overrides)
+    if bar is not None:
+        bar.update()
+    return out
+
+
+def tune(progress: Any, bar: Progress | None = None) -> dict[str, Any]:
     """Stock's slots, then DWISE's coordinate search, on the tuning windows (module docs)."""
     bases = [window_overrides(w, w.tuning, time_scale(w, w.tuning, rho)) for w in WORKLOADS for rho in TUNE_LOADS]
-    stock_sweep = {n: [run(row_overrides(b, "stock", {"slots": n}, None)) for b in bases] for n in STOCK_SLOTS_SWEEP}
+    stock_sweep = {n: [counted(row_overrides(b, "stock", {"slots": n}, None), bar) for b in bases]
+                   for n in STOCK_SLOTS_SWEEP}
     for n, runs in stock_sweep.items():
         progress(f"tuning stock, {n} slots: mean E2E " + ", ".join(f"{e2e(r, 'mean'):.2f}" for r in runs) + " s")
     best = min(STOCK_SLOTS_SWEEP, key=lambda n: float(np.mean([np.log(e2e(r, "mean")) for r in stock_sweep[n]])))
@@ -121,9 +140,11 @@ def tune(progress: Any) -> dict[str, Any]:
             trial = {**params, **({"slots": v[0], "round_blocks": v[1]} if key == "round shape" else {key: v})}
             tag = tuple(float(trial[k]) for k in PARAMS)
             if tag not in done:  # NOTE: each coordinate revisits the previous one's choice
-                done[tag] = [run(row_overrides(b, "dwise", trial, None)) for b in bases]
+                done[tag] = [counted(row_overrides(b, "dwise", trial, None), bar) for b in bases]
                 progress(f"tuning {trial}: mean E2E vs stock " + ", ".join(
                     f"{e2e(d, 'mean') / e2e(s, 'mean'):.2f}" for d, s in zip(done[tag], stock, strict=True)))
+            elif bar is not None:
+                bar.update(len(bases))  # NOTE: tried already: its runs count as done (runs_total)
             scores[v] = list(zip(done[tag], stock, strict=True))
         current = ((params["slots"], params["round_blocks"]) if key == "round shape" else params[key])
         chosen, met[key] = choose(scores, current)
@@ -132,7 +153,8 @@ def tune(progress: Any) -> dict[str, Any]:
     return {"params": params, "met": met, "sweep": sweep, "stock_slots": best, "stock_sweep": stock_sweep}
 
 
-def cell_of(w: Workload, rho: float, gpu: bool, chosen: dict[str, Any]) -> dict[str, Any]:
+def cell_of(w: Workload, rho: float, gpu: bool, chosen: dict[str, Any],
+            bar: Progress | None = None) -> dict[str, Any]:
     """One reported scenario: every row on the reported window at load ``rho``."""
     params = chosen["params"]
     scale = time_scale(w, w.report, rho, gpu=gpu)
@@ -142,7 +164,7 @@ def cell_of(w: Workload, rho: float, gpu: bool, chosen: dict[str, Any]) -> dict[
             "dwise": ("dwise", params), "oracle": ("oracle", params)}
     assert tuple(rows) == ROWS
     return {"workload": w.name, "rho": rho, "scale": scale, "cap": None, "gpu": gpu, "base": base,
-            **{row: run(row_overrides(base, kind, p, None)) for row, (kind, p) in rows.items()}}
+            **{row: counted(row_overrides(base, kind, p, None), bar) for row, (kind, p) in rows.items()}}
 
 
 def main() -> None:
@@ -151,30 +173,32 @@ def main() -> None:
     args = ap.parse_args()
     commit, t0 = git_commit(), time.perf_counter()
 
-    def progress(msg: str) -> None:
-        print(f"[{time.perf_counter() - t0:5.0f} s] {msg}", flush=True)
-
-    chosen = tune(progress)
-    params = chosen["params"]
-    progress(f"chosen on the tuning split: stock {chosen['stock_slots']} slots, DWISE {params}")
     table: list[dict[str, Any]] = []
-    for w in WORKLOADS:
-        for rho in LOADS:
-            cell = cell_of(w, rho, False, chosen)
-            # NOTE: stock and the oracle never read max_new_tokens (the cap is above every shaped
-            # output): the client-cap cell shares their runs and reruns DWISE only
-            capped = {**cell, "cap": CLIENT_CAP,
-                      "dwise": run(row_overrides(cell["base"], "dwise", params, CLIENT_CAP))}
-            table += [cell, capped]
-            for c in (cell, capped):
-                progress(f"{w.name} rho {rho} cap {c['cap']}: mean E2E stock {e2e(c['stock'], 'mean'):.1f} s "
-                         f"(equal capacity {e2e(c['stock_eq'], 'mean'):.1f} s), DWISE {e2e(c['dwise'], 'mean'):.1f} s, "
-                         f"oracle {e2e(c['oracle'], 'mean'):.1f} s")
-    for w in WORKLOADS:
-        cell = cell_of(w, GPU_LOAD, True, chosen)
-        table.append(cell)
-        progress(f"{w.name} GPU-ish rho {GPU_LOAD}: mean E2E stock {e2e(cell['stock'], 'mean'):.1f} s, "
-                 f"DWISE {e2e(cell['dwise'], 'mean'):.1f} s, oracle {e2e(cell['oracle'], 'mean'):.1f} s")
+    with Progress(runs_total(), "dwise", unit="run") as bar:
+
+        def progress(msg: str) -> None:
+            bar.write(f"[{time.perf_counter() - t0:5.0f} s] {msg}", file=sys.stdout)
+
+        chosen = tune(progress, bar)
+        params = chosen["params"]
+        progress(f"chosen on the tuning split: stock {chosen['stock_slots']} slots, DWISE {params}")
+        for w in WORKLOADS:
+            for rho in LOADS:
+                cell = cell_of(w, rho, False, chosen, bar)
+                # NOTE: stock and the oracle never read max_new_tokens (the cap is above every shaped
+                # output): the client-cap cell shares their runs and reruns DWISE only
+                capped = {**cell, "cap": CLIENT_CAP,
+                          "dwise": counted(row_overrides(cell["base"], "dwise", params, CLIENT_CAP), bar)}
+                table += [cell, capped]
+                for c in (cell, capped):
+                    progress(f"{w.name} rho {rho} cap {c['cap']}: mean E2E stock {e2e(c['stock'], 'mean'):.1f} s "
+                             f"(equal capacity {e2e(c['stock_eq'], 'mean'):.1f} s), "
+                             f"DWISE {e2e(c['dwise'], 'mean'):.1f} s, oracle {e2e(c['oracle'], 'mean'):.1f} s")
+        for w in WORKLOADS:
+            cell = cell_of(w, GPU_LOAD, True, chosen, bar)
+            table.append(cell)
+            progress(f"{w.name} GPU-ish rho {GPU_LOAD}: mean E2E stock {e2e(cell['stock'], 'mean'):.1f} s, "
+                     f"DWISE {e2e(cell['dwise'], 'mean'):.1f} s, oracle {e2e(cell['oracle'], 'mean'):.1f} s")
     wall = time.perf_counter() - t0
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "runs.json").write_text(json.dumps({**chosen, "table": table}, indent=1, default=str))

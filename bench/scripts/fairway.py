@@ -26,6 +26,7 @@ Protocol (docs/evaluation.md, scenarios in ``bench/scripts/splits.py``):
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,6 +41,7 @@ from bench.run import run_bench
 from bench.scripts.common import add_output_args, git_commit
 from bench.scripts.splits import BEST_OF, BUILTINS, COMMON, EVALUATION, TUNING, Scenario, families
 from bench.traces.paths import REPO_ROOT
+from compose.progress import Progress
 
 FAIRWAY_YAML = REPO_ROOT / "conf" / "policy" / "fairway.yaml"
 GRID: dict[str, tuple[Any, ...]] = {
@@ -68,19 +70,32 @@ def overrides(sc: Scenario, policy: str, params: dict[str, Any] | None = None) -
     return out + [f"policy.{k}={v}" for k, v in (params or {}).items()]
 
 
-def ttft(sc: Scenario, policy: str, params: dict[str, Any] | None, results: Path) -> dict[str, Any]:
+def runs_total() -> int:
+    """Bench runs of a full ``main``: FCFS and every grid value on the tuning split (a value
+    already tried counts as a run skipped), then the evaluation split's policies and ablations."""
+    tuning = len(TUNING) * (1 + sum(len(values) for values in GRID.values()))
+    return tuning + len(EVALUATION) * (len(POLICIES) + len(ABLATION) - 1)
+
+
+def ttft(sc: Scenario, policy: str, params: dict[str, Any] | None, results: Path,
+         bar: Progress | None = None) -> dict[str, Any]:
     ov = overrides(sc, policy, params)
     settings = resolve_bench(compose_bench([*ov, "output.progress=false", "output.plots=false"]))
     tag = "_".join(f"{k}={v}" for k, v in (params or {}).items()) or "default"
+    if bar is not None:
+        bar.status(f"{sc.name} {policy} {tag}")
     summary = run_bench(settings, results / sc.name.replace(" ", "_") / policy / tag)["summary"]
+    if bar is not None:
+        bar.update()
     return {"p50": summary["ttft_s"]["p50"], "p90": summary["ttft_s"]["p90"],
             "p99": summary["ttft_s"]["p99"], "finished": summary["finished"],
             "requests": summary["requests"], "cmd": "python -m bench " + " ".join(ov)}
 
 
-def sweep(results: Path) -> tuple[dict[str, Any], list[tuple[dict, float, bool]], dict[str, dict]]:
+def sweep(results: Path, bar: Progress | None = None) -> tuple[dict[str, Any], list[tuple[dict, float, bool]],
+                                                                dict[str, dict]]:
     """One round of coordinate search on ``TUNING``; the best setting, every trial, FCFS's runs."""
-    fcfs = {sc.name: ttft(sc, "fcfs", None, results / "tuning") for sc in TUNING}
+    fcfs = {sc.name: ttft(sc, "fcfs", None, results / "tuning", bar) for sc in TUNING}
     best, best_score, trials = dict(SWEEP_START), float("inf"), []
     cache: dict[tuple, tuple[float, bool]] = {}
     for name, values in GRID.items():
@@ -88,16 +103,26 @@ def sweep(results: Path) -> tuple[dict[str, Any], list[tuple[dict, float, bool]]
             params = {**best, name: value}
             key = tuple(sorted(params.items()))
             if key not in cache:
-                runs = {sc.name: ttft(sc, "fairway", params, results / "tuning") for sc in TUNING}
+                runs = {sc.name: ttft(sc, "fairway", params, results / "tuning", bar) for sc in TUNING}
                 ok = all(runs[n]["p99"] <= P99_SLACK * fcfs[n]["p99"] for n in runs)
                 score = sum(runs[n]["p50"] / fcfs[n]["p50"] for n in runs) / len(runs)
                 cache[key] = (score, ok)
                 trials.append((params, score, ok))
-                print(f"sweep {params}: score {score:.3f} admissible={ok}", flush=True)
+                _say(bar, f"sweep {params}: score {score:.3f} admissible={ok}")
+            elif bar is not None:
+                bar.update(len(TUNING))  # NOTE: tried already: its runs count as done (runs_total)
             score, ok = cache[key]
             if ok and score < best_score:
                 best, best_score = params, score
     return best, trials, fcfs
+
+
+def _say(bar: Progress | None, line: str) -> None:
+    """``line`` on stdout, above the bar (if any) on a terminal."""
+    if bar is None:
+        print(line, flush=True)
+    else:
+        bar.write(line, file=sys.stdout)
 
 
 def main() -> None:
@@ -106,16 +131,17 @@ def main() -> None:
     add_output_args(ap, "fairway", "fairway")
     args = ap.parse_args()
     t0, commit = time.perf_counter(), git_commit()
-    best, trials, _ = sweep(args.results)
-    print(f"chosen on the tuning split: {best}", flush=True)
     table: dict[str, dict[str, Any]] = {}
-    for sc in EVALUATION:
-        table[sc.name] = {p: ttft(sc, p, best if p == "fairway" else None, args.results / "evaluation")
-                          for p in POLICIES}
-        for label, change in ABLATION[1:]:
-            table[sc.name][label] = ttft(sc, "fairway", {**best, **change}, args.results / "ablation")
-        print(f"{sc.name}: " + ", ".join(f"{p} {table[sc.name][p]['p50']:.2f}/{table[sc.name][p]['p99']:.1f}"
-                                          for p in POLICIES), flush=True)
+    with Progress(runs_total(), "fairway", unit="run") as bar:
+        best, trials, _ = sweep(args.results, bar)
+        _say(bar, f"chosen on the tuning split: {best}")
+        for sc in EVALUATION:
+            table[sc.name] = {p: ttft(sc, p, best if p == "fairway" else None, args.results / "evaluation", bar)
+                              for p in POLICIES}
+            for label, change in ABLATION[1:]:
+                table[sc.name][label] = ttft(sc, "fairway", {**best, **change}, args.results / "ablation", bar)
+            _say(bar, f"{sc.name}: " + ", ".join(f"{p} {table[sc.name][p]['p50']:.2f}/{table[sc.name][p]['p99']:.1f}"
+                                                  for p in POLICIES))
     args.out.write_text(render(table, best, trials, commit, time.perf_counter() - t0))
     print(f"wrote {args.out}")
     defaults = {k: v for k, v in yaml.safe_load(FAIRWAY_YAML.read_text()).items() if k in GRID}

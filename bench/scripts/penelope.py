@@ -31,6 +31,7 @@ from bench.report import fmt
 from bench.run import run_bench
 from bench.scripts.baselines import COMMON
 from bench.scripts.common import add_output_args, git_commit
+from compose.progress import track
 
 SESSION_RATE = 0.005
 SESSIONS = 120
@@ -91,6 +92,12 @@ def jobs() -> list[Key]:
     return out
 
 
+def describe(key: Key) -> str:
+    """A row's name in the log: ``<capacity> <policy>[ +host] seed <seed>``."""
+    capacity, host, seed, label = key
+    return f"{capacity} {label}{' +host' if host else ''} seed {seed}"
+
+
 def _run(key: Key, results: Path) -> dict:
     capacity, host, seed, label = key
     return run_one(capacity, label, dict(POLICIES)[label], host, results, seed)
@@ -105,10 +112,12 @@ def main() -> None:
     t0 = time.perf_counter()
     keys = jobs()
     with ProcessPoolExecutor(max(1, args.jobs)) as pool:
-        done = list(pool.map(_run, keys, [args.results] * len(keys)))
+        # NOTE: pool.map yields in submission order; the bar counts each row as it arrives.
+        runs = zip(keys, pool.map(_run, keys, [args.results] * len(keys)))
+        done = [r for _, r in track(runs, "penelope", total=len(keys), unit="run", label=lambda kr: describe(kr[0]))]
     rows = dict(zip(keys, done))
-    for (capacity, host, seed, label), r in rows.items():
-        print(f"{capacity} {label}{' +host' if host else ''} seed {seed}: TTFT mean {r['mean']:.2f} "
+    for key, r in rows.items():
+        print(f"{describe(key)}: TTFT mean {r['mean']:.2f} "
               f"p50 {r['p50']:.2f} p99 {r['p99']:.2f} recomputed {r['recomputed']} ({r['wall_s']:.0f} s)")
     args.out.write_text(render(rows, time.perf_counter() - t0))
     print(f"wrote {args.out}")

@@ -12,6 +12,7 @@ from policies.adapters.slot_order import SlotOrderPolicy
 
 @dataclass(frozen=True)
 class LoraPolicy(SlotOrderPolicy):
-    """SGLang's LoRA adapters; slots evicted in ``eviction`` order."""
+    """SGLang's stock LoRA path (PEFT LoRA adapters only); slots evicted in ``eviction`` order
+    (``lru``, ``fifo``, ``lfu``)."""
 
     needs: ClassVar[AdaptersNeeds] = AdaptersNeeds(mixed_methods=False)

@@ -13,6 +13,7 @@ from policies.adapters.slot_order import SlotOrderPolicy
 
 @dataclass(frozen=True)
 class ScutePolicy(SlotOrderPolicy):
-    """Scute's adapters; slots evicted in ``eviction`` order."""
+    """Every PEFT method Scute reads (LoRA, DoRA, VeRA, OFT, IA3) mixed exactly in one batch;
+    slots evicted in ``eviction`` order (``lru``, ``fifo``, ``lfu``)."""
 
     needs: ClassVar[AdaptersNeeds] = AdaptersNeeds(mixed_methods=True)
