@@ -208,3 +208,22 @@ def test_kv_fit_check_rejects_only_what_can_never_fit():
     clipped = make_req("clipped", range(100), max_new_tokens=499)
     state_of(clipped).max_new_recorded, state_of(clipped).requested_max_new_tokens = True, 1000
     assert "1100 KV-cache tokens" in kv_fit_error(clipped, capacity=600)
+
+
+def test_chunk_limit_seams_bound_sglangs_own_and_the_smallest_wins():
+    class Bound:
+        def __init__(self, tokens):
+            self.tokens, self.asked = tokens, 0
+
+        def chunk_limit(self, tree_cache, chunked_req):
+            self.asked += 1
+            return self.tokens
+
+    tree = RadixCache.create_simulated()
+    req = SimpleNamespace(prefix_len=0, full_untruncated_fill_ids=list(range(100)))
+    plain = SwitchboardSchedulePolicy("fcfs", tree, False, False, False)
+    assert plain.shortest_prefill_chunk_limit(req, [], 64, 1) is None  # SGLang's own: no bound under fcfs
+    seams = [Bound(7), Bound(None), Bound(3)]
+    bounded = SwitchboardSchedulePolicy("fcfs", tree, False, False, False, chunk_limits=seams)
+    assert bounded.shortest_prefill_chunk_limit(req, [], 64, 1) == 3
+    assert [s.asked for s in seams] == [1, 1, 1]

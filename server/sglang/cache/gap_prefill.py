@@ -77,6 +77,10 @@ class GapRecomputeCounter:
         """``WrapsPrefillAdder``: gap chunks and host-tier restores in the prefill walk."""
         return gap_prefill_adder(base)
 
+    def chunk_limit(self, tree_cache: Any, chunked_req: Any) -> int | None:
+        """``LimitsChunk``: a continuing chunk ends at the next gap."""
+        return gap_chunk_limit(tree_cache, chunked_req)
+
     def observe(self, batch: Any) -> None:
         """Count the gap chunks of a prefill batch that is about to run."""
         for req in batch.reqs:

@@ -12,7 +12,10 @@ event          SGLang method (hop of docs/lifecycle)   face
 queued         ``_add_request_to_queue`` (5)           ``OnQueued``
 arrival        the same, first time only (5)           ``GatesArrival`` (one)
 admitted       the same, once admitted (5)             ``OnAdmitted``
-queue order    ``SchedulePolicy.calc_priority`` (6)    ``SchedulerParts.order``
+queue order    ``SchedulePolicy.calc_priority`` (6)    ``SchedulerParts.order``;
+                                                       the gate's ``revisit`` and
+                                                       ``holds`` (deferred last)
+chunk limit    ``shortest_prefill_chunk_limit`` (6)    ``LimitsChunk``
 prefill walk   ``get_prefill_adder_class`` (7)         ``WrapsPrefillAdder``
 batch          ``run_batch`` (before, after) (9)       ``OnBatchFormed``,
                                                        ``OnBatchFinished``
@@ -49,6 +52,19 @@ class GatesArrival(Protocol):
 
     def revisit(self, waiting_queue: list[Any]) -> None:
         """Offer deferred requests again (each prefill pass)."""
+        ...
+
+    def holds(self, req: Any) -> bool:
+        """Whether ``req`` waits deferred: the queue order puts it last, the walk stops at it."""
+        ...
+
+
+@runtime_checkable
+class LimitsChunk(Protocol):
+    """Bounds the next chunk of the request SGLang is prefilling in chunks."""
+
+    def chunk_limit(self, tree_cache: Any, chunked_req: Any) -> int | None:
+        """Tokens the next chunk of ``chunked_req`` may take at most (``None``: no bound)."""
         ...
 
 

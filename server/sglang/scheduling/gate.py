@@ -60,6 +60,10 @@ class AdmissionGate:
         state_of(req).deferred = decision.action is AdmissionAction.DEFER
         return True
 
+    def holds(self, req: Any) -> bool:
+        """``GatesArrival``: whether ``req`` waits deferred."""
+        return is_deferred(req)
+
     def revisit(self, waiting_queue: list) -> None:
         """Offer each deferred request to the policy again, oldest first."""
         if not self.policy.needs.defers:

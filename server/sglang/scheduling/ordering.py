@@ -3,15 +3,18 @@
 Hop 6 of docs/lifecycle.md: SGLang calls ``SchedulePolicy.calc_priority`` each
 prefill pass; ``SwitchboardSchedulePolicy`` keeps the queue as rows of a
 ``QueueColumnStore``, cache hits current with a ``MatchTracker``, asks the
-policy (columns or views) and reorders ``waiting_queue`` in place. With the gap
-cache it also ends a continuing chunk at the next gap (``gap_prefill``).
+policy (columns or views) and reorders ``waiting_queue`` in place. What other
+kinds add to the pass reaches it as the scheduler's event seams (``events.py``):
+the arrival gate revisits deferred requests and keeps them last
+(``GatesArrival``), and chunk limits (``LimitsChunk``, e.g. the gap cache's:
+a continuing chunk ends at the next gap) bound SGLang's own.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,8 +22,7 @@ from sglang.srt.managers.schedule_policy import SchedulePolicy
 
 from policies.scheduling import QueueView, SchedulingPolicy, check_permutation
 from policies.scheduling.columns import RanksColumns, check_ranking
-from server.sglang.cache.gap_prefill import gap_chunk_limit
-from server.sglang.scheduling.gate import AdmissionGate, is_deferred
+from server.sglang.scheduling.events import GatesArrival, LimitsChunk
 from server.sglang.scheduling.matching import MatchTracker
 from server.sglang.scheduling.queue_columns import QueueColumnStore
 
@@ -42,7 +44,8 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
     def __init__(self, policy: str, tree_cache: Any, enable_hierarchical_cache: bool,
                  enable_priority_scheduling: bool, schedule_low_priority_values_first: bool,
                  *, order: SchedulingPolicy | None = None,
-                 gate: AdmissionGate | None = None,
+                 gate: GatesArrival | None = None,
+                 chunk_limits: Sequence[LimitsChunk] = (),
                  prefill_clock: Callable[[], int] | None = None,
                  head_bounds: Callable[[Any], tuple[int | None, float]] | None = None) -> None:
         # NOTE: with our own order we run SGLang's cache-aware (lpm) slot, so the
@@ -52,6 +55,7 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
                          schedule_low_priority_values_first)
         self.order_policy = order
         self.gate = gate
+        self.chunk_limits = tuple(chunk_limits)
         self.prefill_clock = prefill_clock
         self.head_bounds = head_bounds
         """``running_batch -> (admit_limit, prefill_budget_tokens)`` of this pass."""
@@ -74,10 +78,11 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
     def shortest_prefill_chunk_limit(self, chunked_req: Any, waiting_queue: list, budget: int,
                                      page_size: int) -> int | None:
         limit = super().shortest_prefill_chunk_limit(chunked_req, waiting_queue, budget, page_size)
-        gap = gap_chunk_limit(self.tree_cache, chunked_req)  # NOTE: the next gap ends the chunk
-        if gap is None:
-            return limit
-        return gap if limit is None else min(gap, limit)
+        for seam in self.chunk_limits:  # NOTE: every seam's bound holds: the smallest wins
+            bound = seam.chunk_limit(self.tree_cache, chunked_req)
+            if bound is not None:
+                limit = bound if limit is None else min(bound, limit)
+        return limit
 
     def forget(self, req: Any) -> None:
         """``req`` (re-)enters the queue: drop what is kept about its last stay."""
@@ -95,7 +100,7 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
             clock = self.prefill_clock() if self.prefill_clock is not None else processed_tokens
             self._apply_order(waiting_queue, running_batch, clock)
         if self.gate is not None:
-            waiting_queue.sort(key=is_deferred)  # stable: deferred go last
+            waiting_queue.sort(key=self.gate.holds)  # stable: deferred go last
             self.store.remember(None)  # NOTE: the rows no longer follow the queue
 
     def _apply_order(self, waiting_queue: list, running_batch: Any, clock: int) -> None:
@@ -114,7 +119,7 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
         bounds: tuple[int | None, float] = (None, math.inf)
         # NOTE: deferred requests are moved behind the order afterwards, so the
         # adder may reach past the policy's head: then the whole order counts.
-        if self.head_bounds is not None and not (self.gate is not None and any(map(is_deferred, waiting_queue))):
+        if self.head_bounds is not None and not (self.gate is not None and any(map(self.gate.holds, waiting_queue))):
             bounds = self.head_bounds(running_batch)
         positions = self._decide(waiting_queue, sync.rows, clock, num_running, bounds)
         if self.tracker is not None:

@@ -31,6 +31,7 @@ from server.sglang.launch.binding import SchedulerParts
 from server.sglang.scheduling.events import (
     GatesArrival,
     HostsRounds,
+    LimitsChunk,
     OnAdmitted,
     OnBatchFinished,
     OnBatchFormed,
@@ -95,13 +96,14 @@ def install_seams(scheduler: Any, parts: SchedulerParts) -> SchedulerState:
         on_admitted=[x for x in seams if isinstance(x, OnAdmitted)],
         on_batch_formed=[x for x in seams if isinstance(x, OnBatchFormed)],
         on_batch_finished=[x for x in seams if isinstance(x, OnBatchFinished)],
-        adders=[x for x in seams if isinstance(x, WrapsPrefillAdder)])
+        adders=[x for x in seams if isinstance(x, WrapsPrefillAdder)],
+        chunk_limits=[x for x in seams if isinstance(x, LimitsChunk)])
     setattr(s, STATE_ATTR, state)
     order = parts.order
     s.policy = SwitchboardSchedulePolicy(
         s.schedule_policy, s.tree_cache, s.enable_hierarchical_cache,
         s.enable_priority_scheduling, s.schedule_low_priority_values_first,
-        order=order, gate=state.gate,
+        order=order, gate=state.gate, chunk_limits=state.chunk_limits,
         prefill_clock=lambda: state.prefill_tokens,
         head_bounds=lambda running_batch: head_bounds(s, running_batch),
     )

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from server.sglang.scheduling.events import (
         GatesArrival,
         HostsRounds,
+        LimitsChunk,
         OnAdmitted,
         OnBatchFinished,
         OnBatchFormed,
@@ -88,6 +89,7 @@ class SchedulerState:
     on_batch_formed: list[OnBatchFormed] = field(default_factory=list)
     on_batch_finished: list[OnBatchFinished] = field(default_factory=list)
     adders: list[WrapsPrefillAdder] = field(default_factory=list)
+    chunk_limits: list[LimitsChunk] = field(default_factory=list)
     """The subscribers of each event (``events.py``)."""
     prefill_tokens: int = 0
     """Switchboard's prefill-token clock (SGLang's own counter also grows on decode steps)."""
