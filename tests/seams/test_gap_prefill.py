@@ -17,8 +17,7 @@ from sglang.srt.mem_cache.radix_cache import RadixKey
 
 from policies.cache.penelope import PenelopePolicy
 from server.sglang.cache.gap_cache import GapRadixCache, duplicate_ranges
-from server.sglang.cache.gap_prefill import gap_chunk_limit, gap_end
-from server.sglang.scheduling.state import state_of
+from server.sglang.cache.gap_prefill import gap_chunk_limit, gap_chunk_of, gap_end
 from tests.fakes import EvictBlocksAt
 
 S = list(range(100, 120))   # shared system prompt, 20 tokens
@@ -73,7 +72,7 @@ def test_a_request_at_a_gap_gets_a_chunk_ending_at_the_gap_and_then_the_cached_t
     assert gap_end(cache, req, len(S)) == len(S) + len(A1)  # the gap A1, cached KV after it
     assert gap_end(cache, req, len(S) + 1) is None  # no gap starts there
     assert gap_chunk_limit(cache, req) == len(A1)
-    assert state_of(req).gap_chunk == (len(S), len(S) + len(A1))
+    assert gap_chunk_of(req) == (len(S), len(S) + len(A1))
 
     # the gap chunk ran: its KV in fresh slots at positions [20, 50); SGLang checkpoints it
     fresh = allocator.alloc(len(A1))
@@ -98,7 +97,7 @@ def test_a_request_with_no_gap_is_left_to_sglang():
     cache, allocator, req_pool = gapped_cache()
     req = admitted(cache, req_pool, S + B1 + [1, 2, 3], prefix_len=len(S) + len(B1))
     assert gap_end(cache, req, req.prefix_len) is None and gap_chunk_limit(cache, req) is None
-    assert state_of(req).gap_chunk is None
+    assert gap_chunk_of(req) is None
 
 
 def test_two_gaps_are_recomputed_chunk_by_chunk_and_both_tails_reused():

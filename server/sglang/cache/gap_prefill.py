@@ -36,12 +36,13 @@ from __future__ import annotations
 
 import functools
 import logging
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder
 
 from server.sglang.cache.metrics import prometheus_counter
-from server.sglang.scheduling.state import state_of
+from server.sglang.scheduling.state import kind_record, put_kind_record
 
 log = logging.getLogger("switchboard.gap_prefill")
 
@@ -57,6 +58,28 @@ class HoldsGaps(Protocol):
     def restore_host_segments(self, req: Any) -> int:
         """Bring back the host tier's copies right after ``req``'s prefix; the tokens restored."""
         ...
+
+
+@dataclass(slots=True)
+class GapMark:
+    """The cache kind's record of a request (``kind_record``)."""
+
+    chunk: tuple[int, int] | None = None
+    """The gap chunk chosen for it this pass: ``(start, end)`` token positions."""
+
+
+def gap_chunk_of(req: Any) -> tuple[int, int] | None:
+    """The gap chunk chosen for ``req`` this pass, if any."""
+    mark = kind_record(req, GapMark)
+    return None if mark is None else mark.chunk
+
+
+def _mark(req: Any, chunk: tuple[int, int] | None) -> None:
+    mark = kind_record(req, GapMark)
+    if mark is None:
+        put_kind_record(req, GapMark(chunk))
+    else:
+        mark.chunk = chunk
 
 
 class GapRecomputeCounter:
@@ -84,11 +107,10 @@ class GapRecomputeCounter:
     def observe(self, batch: Any) -> None:
         """Count the gap chunks of a prefill batch that is about to run."""
         for req in batch.reqs:
-            state = state_of(req)
-            mark = state.gap_chunk
+            mark = gap_chunk_of(req)
             if mark is None or mark != (req.prefix_len, req.extend_end):
                 continue
-            state.gap_chunk = None
+            _mark(req, None)
             n = mark[1] - mark[0]
             self.tokens += n
             self.chunks += 1
@@ -109,7 +131,7 @@ def gap_chunk_limit(tree_cache: Any, chunked_req: Any) -> int | None:
     end = gap_end(tree_cache, chunked_req, start)
     if end is None:
         return None
-    state_of(chunked_req).gap_chunk = (start, end)
+    _mark(chunked_req, (start, end))
     return end - start
 
 
@@ -128,7 +150,7 @@ def gap_prefill_adder(base: type[PrefillAdder]) -> type[PrefillAdder]:
             end = gap_end(self.tree_cache, req, start)
             if end is None or end >= start + admission.extend_len:
                 return admission
-            state_of(req).gap_chunk = (start, end)
+            _mark(req, (start, end))
             return type(admission)(start, end - start, 0, True, admission.replay_len)
 
         def add_one_req(self, req: Any, has_chunked_req: bool, truncation_align_size: Any) -> Any:

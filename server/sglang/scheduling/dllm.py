@@ -35,16 +35,15 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from policies.scheduling import QueueView, SchedulingPolicy, check_permutation
 from policies.views import DllmView, RequestView
 from server.sglang.scheduling.dllm_counts import DllmState
-from server.sglang.scheduling.gate import is_deferred
-from server.sglang.scheduling.state import state_of as request_state
+from server.sglang.scheduling.state import kind_record, put_kind_record, scheduler_state
 from server.sglang.scheduling.views import request_view
 
 _STAGING = (DllmReqPhase.STAGING_PREFILL, DllmReqPhase.STAGING_DECODE)
 
 
 def state_of(req: Any) -> DllmState | None:
-    """``req``'s round counts (``RequestState.dllm``; ``None``: the round host never saw it)."""
-    return request_state(req).dllm
+    """``req``'s round counts (its ``DllmState`` record; ``None``: the round host never saw it)."""
+    return kind_record(req, DllmState)
 
 
 def dllm_view(req: Any, state: DllmState, mask_id: int, round_index: int, admitted: bool) -> DllmView:
@@ -89,9 +88,8 @@ class DllmRounds:
         if state_of(req) is not None:
             return
         text = self.prompt_text(req)
-        request_state(req).dllm = DllmState(last_round=self.round, block_size=self.block_size,
-                                            words=len(text.split()),
-                                            lines=text.count("\n") + 1 if text else 0)
+        put_kind_record(req, DllmState(last_round=self.round, block_size=self.block_size,
+                                       words=len(text.split()), lines=text.count("\n") + 1 if text else 0))
 
     def prompt_text(self, req: Any) -> str:
         """The prompt as text, for its word and line counts.
@@ -117,7 +115,8 @@ class DllmRounds:
         """Replace ``_fetch_waiting_reqs``: decide the round's order, fill free slots."""
         manager = self.s.dllm_manager
         admitted = [r for r in manager.waiting_queue if not r.finished()]
-        waiting = [r for r in self.s.waiting_queue if not is_deferred(r)]
+        gate = scheduler_state(self.s).gate  # NOTE: refused on a diffusion LM today (compose/compat.py)
+        waiting = [r for r in self.s.waiting_queue if gate is None or not gate.holds(r)]
         views = [self.view(r, True) for r in admitted] + [self.view(r, False) for r in waiting]
         if not views:
             self.ranked = []

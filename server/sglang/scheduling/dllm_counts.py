@@ -1,9 +1,10 @@
-"""One request's counts in a diffusion LM's block rounds (``RequestState.dllm``).
+"""One request's counts in a diffusion LM's block rounds.
 
-A leaf module (no SGLang, no torch): the request record (``state.py``) names
-this type, the round host (``dllm.py``) fills it. NOTE: invariant: it imports
-nothing of ``server/``, so the record never reaches the round host through
-its imports (tests/config/test_boundaries.py).
+The round host (``dllm.py``) keeps them as the request's kind record
+(``state.kind_record``); finished-request reports read them back. A leaf
+module (no SGLang, no torch). NOTE: invariant: it imports nothing of
+``server/``, so it reaches nothing through its imports
+(tests/config/test_boundaries.py).
 """
 
 from __future__ import annotations

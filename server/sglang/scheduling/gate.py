@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import time
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
@@ -19,13 +20,30 @@ from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder
 
 from policies.admission import AdmissionAction, AdmissionDecision, AdmissionPolicy, AdmissionView, check_decision
 from server.sglang.middleware.retry_after import rejection_message
-from server.sglang.scheduling.state import state_of
+from server.sglang.scheduling.state import kind_record, put_kind_record
 from server.sglang.scheduling.views import request_view
 
 
+@dataclass(slots=True)
+class Deferral:
+    """The admission kind's record of a request (``kind_record``)."""
+
+    deferred: bool = False
+    """Admission defers it (it waits, sorted last, and is re-asked each pass)."""
+
+
 def is_deferred(req: Any) -> bool:
-    """Whether admission defers ``req`` (``RequestState.deferred``)."""
-    return state_of(req).deferred
+    """Whether admission defers ``req`` (its ``Deferral``)."""
+    record = kind_record(req, Deferral)
+    return record is not None and record.deferred
+
+
+def _defer(req: Any, deferred: bool) -> None:
+    record = kind_record(req, Deferral)
+    if record is None:
+        put_kind_record(req, Deferral(deferred))
+    else:
+        record.deferred = deferred
 
 
 class AdmissionGate:
@@ -57,7 +75,7 @@ class AdmissionGate:
         if decision.action is AdmissionAction.REJECT:
             self.reject(req, decision)
             return False
-        state_of(req).deferred = decision.action is AdmissionAction.DEFER
+        _defer(req, decision.action is AdmissionAction.DEFER)
         return True
 
     def holds(self, req: Any) -> bool:
@@ -71,7 +89,7 @@ class AdmissionGate:
         for req in [r for r in waiting_queue if is_deferred(r)]:
             decision = self.policy.decide(self.view(req))
             if decision.action is AdmissionAction.ADMIT:
-                state_of(req).deferred = False
+                _defer(req, False)
             elif decision.action is AdmissionAction.REJECT:
                 waiting_queue.remove(req)
                 self.reject(req, decision)

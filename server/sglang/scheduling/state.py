@@ -1,11 +1,13 @@
 """Switchboard's state on SGLang's objects: one record per ``Req``, one per scheduler.
 
-Every seam that must remember something about a request (its arrival, the
-gate's verdict, captured features, dLLM round counts, a gap chunk) keeps it in
-the request's ``RequestState``, attached once under one attribute
-(``state_of``); every per-process part the scheduler subclass drives lives in
-its ``SchedulerState`` (``scheduler_state``). No other attribute is stamped on
-SGLang's objects.
+Every seam that must remember something about a request keeps it in the
+request's ``RequestState``, attached once under one attribute (``state_of``):
+what the scheduler itself tracks (arrival, checks, captured features) as
+fields, and what one kind's seam tracks (the gate's verdict, dLLM round
+counts, a gap chunk) as that kind's own typed record, one per type
+(``kind_record``, ``put_kind_record``), defined next to its seam. Every
+per-process part the scheduler subclass drives lives in its ``SchedulerState``
+(``scheduler_state``). No other attribute is stamped on SGLang's objects.
 
 Importing this module is light (no torch, no SGLang): seams of every folder
 (``scheduling/``, ``cache/``) share it.
@@ -14,10 +16,9 @@ Importing this module is light (no torch, no SGLang): seams of every folder
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from server.sglang.scheduling.dllm_counts import DllmState
     from server.sglang.scheduling.events import (
         GatesArrival,
         HostsRounds,
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 
 #: The one attribute Switchboard sets on a ``Req`` (and on the scheduler).
 STATE_ATTR = "_switchboard"
+
+R = TypeVar("R")
 
 
 @dataclass(slots=True)
@@ -50,16 +53,12 @@ class RequestState:
     """The client's ``max_tokens`` before SGLang clips it to the memory budget."""
     max_new_recorded: bool = False
     """``requested_max_new_tokens`` was recorded (the client's value may be ``None``)."""
-    deferred: bool = False
-    """Admission defers it (it waits, sorted last, and is re-asked each pass)."""
     reported: bool = False
     """Its ``FinishedView`` went to the learning policies (once per request)."""
     features: Any = None
     """Captured features: a device tensor until first read, then a tuple of floats."""
-    dllm: DllmState | None = None
-    """A diffusion LM's round counts (``None``: the round host never saw it)."""
-    gap_chunk: tuple[int, int] | None = None
-    """The gap chunk chosen for it this pass: ``(start, end)`` token positions."""
+    kinds: dict[type, object] = field(default_factory=dict)
+    """Each kind's own record of it, by the record's type (``kind_record``)."""
 
 
 def state_of(req: Any) -> RequestState:
@@ -69,6 +68,21 @@ def state_of(req: Any) -> RequestState:
         state = RequestState()
         setattr(req, STATE_ATTR, state)
     return state
+
+
+def kind_record(req: Any, cls: type[R]) -> R | None:
+    """``req``'s record of type ``cls`` (one kind's own), or ``None`` before it was put.
+
+    NOTE: a request that never touched a seam has no ``RequestState`` yet; reading
+    does not attach one."""
+    state: RequestState | None = getattr(req, STATE_ATTR, None)
+    found = None if state is None else state.kinds.get(cls)
+    return found if isinstance(found, cls) else None
+
+
+def put_kind_record(req: Any, record: object) -> None:
+    """Keep ``record`` as ``req``'s record of its type (replacing an earlier one)."""
+    state_of(req).kinds[type(record)] = record
 
 
 @dataclass
