@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -33,7 +34,8 @@ MIXED = ("lora", "dora", "vera", "oft", "ia3")
 RANK, BLOCK = 16, 32
 
 
-def pools(layer, kinds, device, dtype, g):
+def pools(layer: Sequence[tuple[str, int, int]], kinds: Sequence[str], device: str, dtype: torch.dtype,
+          g: torch.Generator) -> list[tuple[torch.Tensor, SlotPool]]:
     out = []
     for name, n_in, n_out in layer:
         ks = ["ia3_ff" if (k == "ia3" and name == "down") else k for k in kinds]
@@ -43,10 +45,10 @@ def pools(layer, kinds, device, dtype, g):
     return out
 
 
-def timed(fn, iters: int, cuda: bool) -> float:
+def timed(fn: Callable[..., object], iters: int, cuda: bool) -> float:
     for _ in range(3):
         fn()
-    times = []
+    times: list[float] = []
     for _ in range(iters):
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -57,7 +57,7 @@ def read_config(path: Path) -> dict[str, Any]:
     cfg_path = Path(path) / "adapter_config.json"
     if not cfg_path.exists():
         raise UnsupportedAdapter(f"{path}: no adapter_config.json (not a PEFT adapter directory)")
-    cfg = json.loads(cfg_path.read_text())
+    cfg: dict[str, Any] = json.loads(cfg_path.read_text())
     kind = str(cfg.get("peft_type", "")).upper()
     if kind not in SUPPORTED:
         raise UnsupportedAdapter(f"{path}: PEFT type {kind or '(none)'} is not supported; Scute serves "
@@ -124,7 +124,7 @@ def _by_module(tensors: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Te
     return out
 
 
-def _pattern_value(patterns: dict[str, Any], module: str, default: Any) -> Any:
+def _pattern_value(patterns: dict[str, Any] | None, module: str, default: Any) -> Any:
     """PEFT's ``rank_pattern``/``alpha_pattern`` lookup: a key matches a module
     path that ends with it (as a regex, after a dot)."""
     for key, value in (patterns or {}).items():

@@ -101,14 +101,21 @@ def row_slots(seg_lens: Sequence[int], seg_slot: Sequence[int], device: torch.de
 
 
 class StackedSlots(Protocol):
-    """Slots stacked by slot index (``SlotPool``, or a server layer's pool)."""
+    """Slots stacked by slot index (``SlotPool``, or a server layer's pool); read only
+    (properties, so that a frozen dataclass such as ``SlotPool`` matches)."""
 
-    scale: torch.Tensor
-    shift: torch.Tensor
-    lora_a: torch.Tensor
-    lora_b: torch.Tensor
-    mid_scale: torch.Tensor
-    out_scale: torch.Tensor
+    @property
+    def scale(self) -> torch.Tensor: ...
+    @property
+    def shift(self) -> torch.Tensor: ...
+    @property
+    def lora_a(self) -> torch.Tensor: ...
+    @property
+    def lora_b(self) -> torch.Tensor: ...
+    @property
+    def mid_scale(self) -> torch.Tensor: ...
+    @property
+    def out_scale(self) -> torch.Tensor: ...
 
 
 def scaled_base(base: torch.Tensor, bias: torch.Tensor | None, pool: StackedSlots, slots: torch.Tensor
