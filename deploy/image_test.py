@@ -25,9 +25,10 @@ import tarfile
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, Any
 
 REPO = Path(__file__).resolve().parents[1]
 STATE = Path(os.environ.get("SWITCHBOARD_PODMAN_DIR", "/var/lib/switchboard-podman"))
@@ -69,12 +70,14 @@ def phase(name: str) -> Iterator[None]:
         print(f"== {name}: {_times[-1][1]:.1f} s", flush=True)
 
 
-def sh(*cmd: str, check: bool = True, capture: bool = False, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, check=check, text=True, capture_output=capture, **kw)
+def sh(*cmd: str, check: bool = True, capture: bool = False, env: Mapping[str, str] | None = None,
+       stdin: IO[Any] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, check=check, text=True, capture_output=capture, env=env, stdin=stdin)
 
 
-def podman(*args: str, **kw) -> subprocess.CompletedProcess:
-    return sh("podman", *args, **kw)
+def podman(*args: str, check: bool = True, capture: bool = False, stdin: IO[Any] | None = None
+           ) -> subprocess.CompletedProcess[str]:
+    return sh("podman", *args, check=check, capture=capture, stdin=stdin)
 
 
 def ensure_tools() -> None:
@@ -140,7 +143,8 @@ def build() -> None:
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]  # (host, port) for an AF_INET socket
+        return port
 
 
 def wait_healthy(name: str, url: str, timeout_s: float) -> None:
