@@ -48,7 +48,8 @@ def read_session(path: Path) -> dict[str, Any]:
     """One session's JSON object (``.xz`` or plain)."""
     opener = lzma.open if path.suffix == ".xz" else open
     with opener(path, "rt") as f:
-        return json.load(f)
+        session: dict[str, Any] = json.load(f)
+        return session
 
 
 def _think(req: dict[str, Any], prev: dict[str, Any] | None) -> float:
@@ -71,7 +72,7 @@ class _SessionBuilder:
         self.out: list[TraceRequest] = []
         self.max_local_id = -1
 
-    def blocks(self, req: dict[str, Any]) -> array | None:
+    def blocks(self, req: dict[str, Any]) -> array[int] | None:
         ids = req.get("hash_ids") or ()
         if not ids:
             return None

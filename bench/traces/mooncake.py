@@ -25,6 +25,7 @@ import lzma
 from array import array
 from dataclasses import replace
 from pathlib import Path
+from typing import TextIO
 
 from bench.traces.trace import Trace, TraceRequest
 
@@ -34,7 +35,7 @@ MOONCAKE_BLOCK_SIZE = 512
 SESSION_MIN_BLOCKS = 2
 
 
-def _open(path: Path):
+def _open(path: Path) -> TextIO:
     return lzma.open(path, "rt") if path.suffix == ".xz" else path.open("r")
 
 

@@ -107,7 +107,8 @@ def _gaps(pattern: str, shape: float, scale: float, n: int, rng: np.random.Gener
 
 
 def _sample(values: np.ndarray, cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
-    return values[np.minimum(np.searchsorted(cdf, u), len(values) - 1)]
+    out: np.ndarray = values[np.minimum(np.searchsorted(cdf, u), len(values) - 1)]
+    return out
 
 
 def synthesize_client(client: int, windows: Iterable[tuple[float, float, str, float, float]],

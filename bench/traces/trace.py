@@ -37,7 +37,7 @@ class TraceRequest:
     """Prompt tokens."""
     output_tokens: int
     """Tokens to generate (the request's ``max_new_tokens``)."""
-    block_ids: array | None = None
+    block_ids: array[int] | None = None
     """Prefix-chained block ids (``array('q')``), or ``None`` without prefix
     information."""
     session_id: str | None = None

@@ -13,6 +13,7 @@ import math
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +51,7 @@ def units(trace: Trace) -> list[list[TraceRequest]]:
     return [members[r.rid] for r in trace.roots()]
 
 
-def _rebuild(trace: Trace, unit_list: Sequence[Sequence[TraceRequest]], **changes) -> Trace:
+def _rebuild(trace: Trace, unit_list: Sequence[Sequence[TraceRequest]], **changes: Any) -> Trace:
     roots = sorted((u[0] for u in unit_list), key=lambda r: r.arrival_s)
     rest = [r for u in unit_list for r in u[1:]]
     return replace(trace, requests=tuple(roots + rest), **changes)
@@ -120,7 +121,8 @@ def _surge(trace: Trace, s: Surge, rng: np.random.Generator) -> Trace:
     return _rebuild(trace, all_units + copies, block_id_span=span * (copy_no + 1))
 
 
-def _shared_prefix_len(trace: Trace, all_units, inside) -> dict[str, int]:
+def _shared_prefix_len(trace: Trace, all_units: Sequence[Sequence[TraceRequest]], inside: Sequence[int]
+                       ) -> dict[str, int]:
     """For each request of the surge's units: how many leading blocks it shares
     with units that arrived before its own (session-scoped ids share none)."""
     if trace.session_scoped_blocks or not inside:
