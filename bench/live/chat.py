@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
+from openai.types.chat import ChatCompletionMessageParam
 
 SYSTEM_PROMPT = "You are a concise assistant. Answer in one or two sentences."
 
@@ -48,14 +50,14 @@ class HFReference:
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).eval()
         self._answers: dict[tuple[str, int], tuple[str, int, int]] = {}
 
-    def greedy(self, messages: list[dict], max_new_tokens: int) -> tuple[str, int, int]:
+    def greedy(self, messages: Sequence[Mapping[str, object]], max_new_tokens: int) -> tuple[str, int, int]:
         """``(text, prompt_tokens, completion_tokens)``; the stop token counts but is not returned."""
         key = (json.dumps(messages, sort_keys=True), max_new_tokens)
         if key not in self._answers:
             self._answers[key] = self._generate(messages, max_new_tokens)
         return self._answers[key]
 
-    def _generate(self, messages: list[dict], max_new_tokens: int) -> tuple[str, int, int]:
+    def _generate(self, messages: Sequence[Mapping[str, object]], max_new_tokens: int) -> tuple[str, int, int]:
         text = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         ids = self.tok(text, add_special_tokens=False, return_tensors="pt").input_ids
         with self.torch.no_grad():
@@ -72,8 +74,9 @@ class HFReference:
 class TurnResult:
     """One chat turn as the server answered it."""
 
-    messages: list[dict]
-    text: str
+    messages: list[ChatCompletionMessageParam]
+    text: str | None
+    """The answer's content (``None``: the server sent none)."""
     prompt_tokens: int
     completion_tokens: int
 
@@ -83,13 +86,15 @@ def run_conversations(base_url: str) -> list[TurnResult]:
     c = client(base_url, timeout=300)
     results = []
     for turns in CONVERSATIONS:
-        history = [{"role": "system", "content": SYSTEM_PROMPT}]
+        history: list[ChatCompletionMessageParam] = [{"role": "system", "content": SYSTEM_PROMPT}]
         for user in turns:
-            messages = history + [{"role": "user", "content": user}]
+            messages: list[ChatCompletionMessageParam] = history + [{"role": "user", "content": user}]
             resp = c.chat.completions.create(model="default", messages=messages,
                                              max_tokens=MAX_TOKENS, temperature=0)
             text = resp.choices[0].message.content
-            results.append(TurnResult(messages, text, resp.usage.prompt_tokens, resp.usage.completion_tokens))
+            usage = resp.usage
+            assert usage is not None, f"no token usage in the answer to {user!r}"
+            results.append(TurnResult(messages, text, usage.prompt_tokens, usage.completion_tokens))
             history = messages + [{"role": "assistant", "content": text}]
     return results
 
@@ -103,12 +108,13 @@ def agreement(turns: list[TurnResult], hf: HFReference) -> list[bool]:
     return out
 
 
-def loads(base_url: str) -> dict:
+def loads(base_url: str) -> dict[str, Any]:
     """SGLang's live scheduler load (``/v1/loads``), rank 0."""
-    return httpx.get(base_url + "/v1/loads", timeout=10).json()["loads"][0]
+    rank0: dict[str, Any] = httpx.get(base_url + "/v1/loads", timeout=10).json()["loads"][0]
+    return rank0
 
 
-def wait_for(predicate, timeout: float = 120, what: str = "condition") -> None:
+def wait_for(predicate: Callable[[], object], timeout: float = 120, what: str = "condition") -> None:
     """Poll server state until ``predicate()`` holds."""
     deadline = time.monotonic() + timeout
     while not predicate():

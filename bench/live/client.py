@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import argparse
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypedDict
 
 import numpy as np
 
@@ -67,7 +68,7 @@ class Endpoint:
     api: LiveApi = LiveApi.completions
     model: str = "default"
     keep_special_tokens: bool = True
-    extra_body: dict = field(default_factory=dict)
+    extra_body: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, live: LiveConfig) -> Endpoint:
@@ -83,7 +84,7 @@ class Endpoint:
     def reports_cached_tokens(self) -> bool:
         return self.api is LiveApi.generate
 
-    def extra_request_body(self, output_len: int) -> dict:
+    def extra_request_body(self, output_len: int) -> dict[str, Any]:
         """Fields added to bench_serving's own payload."""
         extra = dict(self.extra_body)
         if self.keep_special_tokens:
@@ -96,6 +97,28 @@ class Endpoint:
                                     "ignore_eos": True, **extra}}
 
 
+class RequestOutput(Protocol):
+    """What bench/ reads of bench_serving's ``RequestFuncOutput`` (a dataclass of
+    SGLang's, whose names mypy sees as ``Any``); read only."""
+
+    @property
+    def success(self) -> bool: ...
+    @property
+    def error(self) -> str: ...
+    @property
+    def start_time(self) -> float:
+        """When the request was sent (``perf_counter``)."""
+    @property
+    def ttft(self) -> float: ...
+    @property
+    def itl(self) -> Sequence[float]:
+        """Gaps between streamed tokens after the first."""
+    @property
+    def output_len(self) -> int: ...
+    @property
+    def cached_tokens(self) -> int: ...
+
+
 class Client:
     """Sends one prompt through bench_serving's request function for the endpoint."""
 
@@ -106,7 +129,7 @@ class Client:
         self._send = (bs.async_request_sglang_generate if endpoint.api is LiveApi.generate
                       else bs.async_request_openai_completions)
 
-    async def send(self, prompt: list[int], output_len: int) -> Any:
+    async def send(self, prompt: list[int], output_len: int) -> RequestOutput:
         """Stream one request; bench_serving's ``RequestFuncOutput`` (never raises
         for HTTP or server errors: ``success`` is False and ``error`` says why)."""
         ep = self.endpoint
@@ -114,7 +137,10 @@ class Client:
             prompt=prompt, api_url=ep.url, prompt_len=len(prompt), output_len=output_len,
             model=ep.model, lora_name="", image_data=None,
             extra_request_body=ep.extra_request_body(output_len))
-        return await self._send(request)
+        # NOTE: bench_serving's request functions return its RequestFuncOutput (Any
+        # here: SGLang has no type hints), which has every field RequestOutput reads.
+        out: RequestOutput = await self._send(request)
+        return out
 
 
 def last_line(error: str) -> str:
@@ -123,13 +149,22 @@ def last_line(error: str) -> str:
     return lines[-1] if lines else "no error text"
 
 
-def to_record(r: TraceRequest, out: Any, t0: float, done_s: float,
+class _Common(TypedDict):
+    """The ``RequestRecord`` fields ``to_record`` sets alike in both its outcomes."""
+
+    rid: str
+    arrival_s: float
+    input_tokens: int
+    session_id: str | None
+
+
+def to_record(r: TraceRequest, out: RequestOutput, t0: float, done_s: float,
               cached_reported: bool) -> RequestRecord:
     """The ``RequestRecord`` of ``r`` from bench_serving's output. Times are
     relative to ``t0``, the replay's origin on bench_serving's clock
     (``perf_counter``); ``done_s`` is when the client had the answer."""
     arrival = out.start_time - t0
-    common = dict(rid=r.rid, arrival_s=arrival, input_tokens=r.input_tokens,
+    common = _Common(rid=r.rid, arrival_s=arrival, input_tokens=r.input_tokens,
                   session_id=r.session_id)
     if not out.success or out.ttft <= 0.0:
         error = (out.error or "no token text was streamed").strip()

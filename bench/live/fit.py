@@ -137,10 +137,14 @@ def fit(points: Sequence[Point], accel: AcceleratorConfig, model: ModelProfileCo
     measured = np.log([p.measured_s for p in points])
 
     def with_params(x: np.ndarray) -> AcceleratorConfig:
-        return replace(base, **{k: float(math.exp(v)) for k, v in zip(form.free, x)})
+        # NOTE: Any as in ``Form.fixed``: the free fields are float fields of the
+        # accelerator, which a dict keyed by field name cannot say to the type checker.
+        params: dict[str, Any] = {k: float(math.exp(v)) for k, v in zip(form.free, x)}
+        return replace(base, **params)
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        return np.log(predict(points, with_params(x), model)) - measured
+        r: np.ndarray = np.log(predict(points, with_params(x), model)) - measured
+        return r
 
     result = least_squares(residuals, start, bounds=(np.full(len(upper), -np.inf), upper),
                            method="trf", x_scale=1.0)

@@ -18,6 +18,7 @@ import logging
 import time
 from array import array
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import numpy as np
@@ -65,7 +66,7 @@ class LoadSampler:
                 except TimeoutError:
                     pass
 
-    def _add(self, t: float, loads: list[dict]) -> None:
+    def _add(self, t: float, loads: list[dict[str, Any]]) -> None:
         self.capacity = sum(int(x.get("max_total_num_tokens", 0)) for x in loads)
         self._rows.extend((t, sum(x["num_waiting_reqs"] for x in loads),
                            sum(x["num_running_reqs"] for x in loads),

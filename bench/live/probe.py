@@ -25,12 +25,11 @@ import itertools
 import secrets
 import statistics
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 import numpy as np
 
-from bench.live.client import Client, Endpoint, last_line
+from bench.live.client import Client, Endpoint, RequestOutput, last_line
 from bench.live.workload import PromptSynth
 from bench.schema import LiveApi
 from bench.traces.trace import TraceRequest
@@ -73,14 +72,14 @@ class Probe:
         r = TraceRequest(rid=f"probe-{next(self._ids)}", arrival_s=0.0, input_tokens=n, output_tokens=1)
         return self.synth.prompt(r)
 
-    async def send(self, prompt: list[int], max_tokens: int) -> Any:
+    async def send(self, prompt: list[int], max_tokens: int) -> RequestOutput:
         out = await self.client.send(prompt, max_tokens)
         if not out.success:
             raise ProbeError(f"request of {len(prompt)}+{max_tokens} tokens failed: "
                              f"{last_line(out.error)}")
         return out
 
-    async def loads(self) -> dict | None:
+    async def loads(self) -> dict[str, int] | None:
         """Rank-summed ``/v1/loads`` counters (as of SGLang's last published
         snapshot), or None where the server has none."""
         async with httpx.AsyncClient(timeout=10) as http:

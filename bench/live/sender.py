@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +60,7 @@ class Sender:
         for r in trace.requests:
             if r.after is not None:
                 self._followers.setdefault(r.after, []).append(r)
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self._sent: list[Sent] = []
 
     def now(self) -> float:
@@ -84,7 +84,7 @@ class Sender:
             # NOTE: tasks start in creation order, so equal times keep trace order.
             self._start(self._fire(r, r.arrival_s))
 
-    def _start(self, coro: Any) -> None:
+    def _start(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

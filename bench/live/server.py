@@ -21,7 +21,8 @@ START_TIMEOUT_S = 900
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]  # (host, port) for an AF_INET socket
+        return port
 
 
 class ServerStartError(RuntimeError):
@@ -35,7 +36,7 @@ class ServerProcess:
         self.port = free_port()
         self.overrides = [f"server.port={self.port}", *overrides]
         self.log_path = log_path
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.base_url = f"http://127.0.0.1:{self.port}"
 
     def command(self) -> tuple[list[str], dict[str, str]]:
@@ -69,7 +70,8 @@ class ServerProcess:
     def descendants(self) -> list[psutil.Process]:
         assert self.proc is not None
         try:
-            return psutil.Process(self.proc.pid).children(recursive=True)
+            children: list[psutil.Process] = psutil.Process(self.proc.pid).children(recursive=True)
+            return children
         except psutil.NoSuchProcess:
             return []
 

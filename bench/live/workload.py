@@ -67,16 +67,18 @@ class PromptSynth:
     def prompt(self, r: TraceRequest) -> list[int]:
         """The ``r.input_tokens`` token ids of ``r``'s prompt."""
         bs = self.block_size
-        n_blocks = len(r.block_ids) if r.block_ids is not None else 0
+        blocks = r.block_ids
+        n_blocks = len(blocks) if blocks is not None else 0
         covered = min(n_blocks * bs, r.input_tokens)
         pos = np.arange(r.input_tokens, dtype=np.int64)
         keys = np.empty(r.input_tokens, dtype=np.uint64)
-        if covered:
+        if blocks is not None and covered:  # (covered > 0 only with blocks)
             # NOTE: block ids are >= 0 (``Trace.block_id_span``), so their keys
             # have the top bit clear and never meet a tail key.
-            ids = np.frombuffer(r.block_ids, dtype=np.int64).astype(np.uint64)
+            ids = np.frombuffer(blocks, dtype=np.int64).astype(np.uint64)
             keys[:covered] = ids[pos[:covered] // bs]
             pos[:covered] %= bs
         if covered < r.input_tokens:
             keys[covered:] = np.uint64(_TAIL_BIT | _rid_key(r.rid))
-        return self._tokens(keys, pos).tolist()
+        tokens: list[int] = self._tokens(keys, pos).tolist()
+        return tokens
