@@ -35,7 +35,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from compose.config import CONF_DIR, group_options
-from compose.kinds import KIND_BY_GROUP, Kind
+from compose.kinds import Kind, kinds
 from compose.schema import register_schemas
 
 
@@ -211,7 +211,7 @@ def groups(config_name: str, include_kinds: bool = True) -> list[Group]:
     """What ``conf/<config_name>.yaml`` reads: the policy kinds (when ``include_kinds``),
     then its defaults list's groups."""
     register_schemas()  # NOTE: the server's (idempotent); the simulator's entry point registers its own
-    out = [_kind_group(k) for k in KIND_BY_GROUP.values() if group_options(k.group)] if include_kinds else []
+    out = [_kind_group(k) for k in kinds() if group_options(k.group)] if include_kinds else []
     schemas = schema_nodes(config_name)
     for name, default in _plain_groups(config_name).items():
         text = (schema_summary(schemas[name]) if name in schemas else None) or f"`conf/{name}/`."

@@ -15,7 +15,9 @@ checks that every kind here has all of its parts and a binding in both hosts.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import importlib.metadata
 import pkgutil
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +62,20 @@ class Kind:
         cls: type[Any] = getattr(importlib.import_module(self.contract_module), self.needs)
         return cls
 
+    def to_json(self) -> dict[str, Any]:
+        """The kind as JSON data (``from_json`` reads it): a plan carries the kinds
+        registered outside Switchboard to every process it reaches."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        host = self.host_settings
+        data["host_settings"] = None if host is None else f"{host.__module__}:{host.__qualname__}"
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Kind:
+        """The kind ``to_json`` wrote (its host settings' class imported by name)."""
+        host = data.get("host_settings")
+        return cls(**{**data, "host_settings": load_binding(host) if host else None})
+
 
 def load_binding(target: str) -> Any:
     """The object a ``module:object`` binding path names (imports the module)."""
@@ -86,21 +102,58 @@ KINDS: tuple[Kind, ...] = (
 KIND_BY_GROUP: dict[str, Kind] = {k.group: k for k in KINDS}
 
 
+#: The entry-point group in which an installed distribution declares its kinds
+#: (``<group> = "<module>:<Kind object>"``, e.g. in its ``pyproject.toml``).
+ENTRY_POINT_GROUP = "switchboard.kinds"
+_discovered = False
+
+
+def discover_kinds() -> None:
+    """Register every kind an installed distribution declares (``ENTRY_POINT_GROUP``).
+
+    NOTE: ``kinds()`` and ``kind_of()`` call it once per process, so every process
+    (the CLI, the launcher, each SGLang process) finds the same kinds on its own;
+    calling it again re-scans (a kind declared twice must be the same kind)."""
+    global _discovered
+    _discovered = True
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        kind = entry.load()
+        if not isinstance(kind, Kind) or kind.group != entry.name:
+            raise TypeError(f"entry point {entry.name} = {entry.value} ({ENTRY_POINT_GROUP}) "
+                            f"is not the Kind of group '{entry.name}'")
+        register_kind(kind)
+
+
 def kinds() -> tuple[Kind, ...]:
     """Every registered kind, in the order hosts apply them."""
+    if not _discovered:
+        discover_kinds()
     return tuple(KIND_BY_GROUP.values())
+
+
+def kind_of(group: str) -> Kind | None:
+    """The registered kind of config group ``group`` (``None``: none)."""
+    if not _discovered:
+        discover_kinds()
+    return KIND_BY_GROUP.get(group)
 
 
 def register_kind(kind: Kind) -> None:
     """Add ``kind`` to the registry (the public call a kind outside ``compose/`` uses).
 
-    NOTE: registration is per process. A server kind must be registered in
-    every process SGLang starts, i.e. at import of a module the plugin loads;
-    a kind registered twice must be the same kind."""
+    NOTE: registration is per process. A distribution declares its kinds as
+    entry points (``discover_kinds``), which every process finds; a kind
+    registered here by hand reaches SGLang's processes through the plan
+    (``LaunchPlan.kinds``). A kind registered twice must be the same kind."""
     known = KIND_BY_GROUP.get(kind.group)
     if known is not None and known != kind:
         raise ValueError(f"kind group '{kind.group}' is already registered ({known.package})")
     KIND_BY_GROUP[kind.group] = kind
+
+
+def is_builtin(group: str) -> bool:
+    """Whether ``group`` is one of Switchboard's own kinds (``KINDS``)."""
+    return any(k.group == group for k in KINDS)
 
 
 def unregister_kind(group: str) -> None:

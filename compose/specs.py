@@ -23,7 +23,7 @@ import pydantic
 from omegaconf import DictConfig, OmegaConf
 
 from compose.config import ConfigError
-from compose.kinds import KIND_BY_GROUP, kinds
+from compose.kinds import Kind, kind_of, kinds
 from compose.schema import moved_key_message
 
 
@@ -70,13 +70,21 @@ class PolicySpec:
         that is a host bug, not a config mistake, so it raises ``ValueError``."""
         if self.needs is None:
             raise ValueError(f"{self.group}: spec of {self.target} carries no needs (use with_needs)")
-        cls = KIND_BY_GROUP[self.group].needs_class()
+        cls = _kind(self.group).needs_class()
         return pydantic.TypeAdapter(cls).validate_python(self.needs)
 
     def host_settings(self) -> Any:
         """The kind's host-settings object (``None`` for a kind without any)."""
-        cls = KIND_BY_GROUP[self.group].host_settings
+        cls = _kind(self.group).host_settings
         return None if cls is None else cls(**self.host)
+
+
+def _kind(group: str) -> Kind:
+    """The registered kind of ``group``; ``ConfigError`` naming it when there is none."""
+    kind = kind_of(group)
+    if kind is None:
+        raise ConfigError(f"unknown policy group '{group}'")
+    return kind
 
 
 def specs_from_config(cfg: DictConfig) -> dict[str, PolicySpec]:
@@ -132,9 +140,7 @@ def _validated(group: str, name: str, hint: Any, value: Any) -> Any:
 
 def policy_class(spec: PolicySpec) -> type[Any]:
     """Import the class a spec names, checking it belongs to its kind."""
-    kind = KIND_BY_GROUP.get(spec.group)
-    if kind is None:
-        raise ConfigError(f"unknown policy group '{spec.group}'")
+    kind = _kind(spec.group)
     module_name, _, cls_name = spec.target.rpartition(".")
     if not module_name.startswith(f"{kind.contract_module}."):
         raise ConfigError(
@@ -155,7 +161,7 @@ def build_policy(spec: PolicySpec) -> Any:
         obj = cls(**params)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{spec.group}: {exc}") from exc
-    kind = KIND_BY_GROUP[spec.group]
+    kind = _kind(spec.group)
     if not isinstance(obj, kind.protocol_class()):
         raise ConfigError(f"{spec.group}: {spec.target} does not implement {kind.protocol}")
     # NOTE: hosts read a policy's optional needs from here, and only here

@@ -12,6 +12,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from compose.config import ConfigError
+from compose.kinds import is_builtin, kind_of
 from compose.schema import Device, DType, SourceKind
 from compose.specs import PolicySpec, describe_policies, specs_from_config
 
@@ -50,6 +51,11 @@ class LaunchPlan:
     """``model.source`` (enums as their strings) when ``model_path`` is to be built from it."""
     feedback_log: str | None = None
     """``server.feedback_log``, made absolute."""
+    kinds: list[dict[str, Any]] = field(default_factory=list)
+    """The chosen kinds registered outside Switchboard (``register_kind``), as
+    ``Kind.to_json`` data. NOTE: every process that reads the plan registers them
+    before it looks up a binding (``launch.binding.chosen``), so a kind registered
+    in the launching process is known in SGLang's scheduler processes too."""
 
     @property
     def is_diffusion(self) -> bool:
@@ -137,6 +143,7 @@ def resolve(cfg: DictConfig) -> LaunchPlan:
         shutdown_grace_s=float(cfg.server.shutdown_grace_s),
         default_model=source,  # type: ignore[arg-type]
         feedback_log=str(Path(cfg.server.feedback_log).expanduser().resolve()) if cfg.server.feedback_log else None,
+        kinds=[k.to_json() for g in policies if not is_builtin(g) and (k := kind_of(g)) is not None],
     )
 
 

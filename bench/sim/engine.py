@@ -83,6 +83,8 @@ class Simulator:
         self.gate: GatesArrival | None = one(self.seams, GatesArrival, "arrival gate")
         self.walk_filters: list[FiltersWalk] = having(self.seams, FiltersWalk)
         self.on_batch: list[OnBatchFormed] = having(self.seams, OnBatchFormed)
+        self._walk_skipped = False
+        """The last prefill walk skipped a request on a walk filter's word."""
         self.running = RunningBatch()
         self.chunked: SimRequest | None = None
         self.requests: dict[str, SimRequest] = {}
@@ -209,6 +211,7 @@ class Simulator:
 
     # ----------------------------------------------------------------- prefill
     def _prefill_pass(self) -> PrefillAdder | None:
+        self._walk_skipped = False
         if not self.running:
             self.batch_is_full = False
         if (self.batch_is_full or not self.queue) and self.chunked is None:
@@ -234,6 +237,7 @@ class Simulator:
             if adder.budget_state() is AddResult.OTHER or r.deferred:
                 break
             if filters and not all(f.admits(r) for f in filters):
+                self._walk_skipped = True
                 continue  # NOTE: SGLang skips it and walks on (e.g. can_schedule_lora_req)
             if len(admitted) >= slots:
                 self.batch_is_full = True
@@ -433,16 +437,21 @@ class Simulator:
         """Nothing to run: jump ahead; ``False`` when the replay is over."""
         self.new_token_ratio = self.s.init_new_token_ratio  # NOTE: SGLang resets it when idle
         nxt = self.arrivals.next_time()
-        if self.queue and self.num_deferred < len(self.queue):
+        # NOTE: requests a seam holds (deferred, or skipped by a walk filter) may run
+        # on a later pass: the loop polls, as SGLang's does; any other wait is a bug.
+        held = self.num_deferred > 0 or self._walk_skipped
+        if self.queue and self.num_deferred < len(self.queue) and not self._walk_skipped:
             raise SimulationError(f"{len(self.queue)} requests wait but nothing can run")
-        if self.num_deferred:
+        if held:
             if nxt == float("inf") and self.now - self._last_activity > self.s.drain_timeout_s:
                 left = list(self.queue.items)
                 self.queue.remove(left)
-                assert self.gate is not None
-                self.gate.num_deferred = 0
+                why = "still deferred at the end of the replay" if self.num_deferred \
+                    else "still held by a walk filter at the end of the replay"
+                if self.gate is not None:
+                    self.gate.num_deferred = 0
                 for r in left:
-                    self._final(r, Phase.UNSERVED, "still deferred at the end of the replay")
+                    self._final(r, Phase.UNSERVED, why)
                 return False
             self.now = min(nxt, self.now + self.s.idle_poll_s)
             return True

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from compose.config import ConfigError
-from compose.kinds import Kind, kinds, load_binding
+from compose.kinds import Kind, kinds, load_binding, register_kind
 from server.sglang.launch.symbols import HookedSymbol
 
 if TYPE_CHECKING:
@@ -103,15 +103,16 @@ def server_binding(kind: Kind) -> ServerBinding:
 def chosen(plan: LaunchPlan) -> list[tuple[PolicySpec, ServerBinding]]:
     """The plan's chosen kinds with their bindings, in the registry's order.
 
-    NOTE: a group the plan chose but this process has no kind for (a kind
-    registered in the launching process only, not at import of a module every
-    SGLang process loads) raises ``ConfigError`` naming it: skipping it would
-    serve without the policy the user chose."""
+    The kinds the plan carries (``LaunchPlan.kinds``) are registered first.
+    NOTE: a group the plan chose but this process still has no kind for (a
+    plan without its kinds' data) raises ``ConfigError`` naming it: skipping it
+    would serve without the policy the user chose."""
+    for data in plan.kinds:
+        register_kind(Kind.from_json(data))
     registered = {k.group for k in kinds()}
     unknown = [g for g in plan.policies if g not in registered]
     if unknown:
         raise ConfigError(
             f"+{unknown[0]} was chosen but this process (pid {os.getpid()}) has no kind '{unknown[0]}' registered: "
-            "register_kind must run at import of a module every SGLang process loads "
-            "(the kind's contract or server binding module)")
+            "the plan carries no such kind (LaunchPlan.kinds; register_kind it before the plan is made)")
     return [(plan.policies[k.group], server_binding(k)) for k in kinds() if k.group in plan.policies]
