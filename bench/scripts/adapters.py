@@ -33,6 +33,7 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ from peft import IA3Config, LoraConfig, OFTConfig, VeraConfig
 from bench.live import peft_adapters as pa
 from bench.live.loads import read_counters
 from bench.live.server import ServerProcess
-from bench.scripts.common import add_output_args, git_commit
+from bench.scripts.common import add_output_args, git_commit, model_source
 from bench.scripts.validate_sim import _machine
 
 TARGETS = ["q_proj", "v_proj"]
@@ -60,7 +61,7 @@ COMMON = ("model.dtype=float32", "sglang.sleep_on_idle=true", "sglang.max_runnin
 
 def servers(folder: Path) -> dict[str, tuple[tuple[str, ...], list[str | None]]]:
     """name -> (overrides, the adapter each request names in turn)."""
-    def paths(names) -> str:
+    def paths(names: Iterable[str]) -> str:
         return "adapters.paths={" + ",".join(f"{n}:'{folder / n}'" for n in names) + "}"
 
     n = len(MIXED)
@@ -132,13 +133,10 @@ def main() -> None:
     git_commit()
     t0 = time.perf_counter()
     args.results.mkdir(parents=True, exist_ok=True)
-    from omegaconf import OmegaConf
-
     from compose.config import compose
     from compose.model import ensure_default_model
-    from compose.schema import ModelSource
 
-    checkpoint = ensure_default_model(ModelSource(**OmegaConf.to_container(compose([]).model.source)))
+    checkpoint = ensure_default_model(model_source(compose([])))
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         for i, (name, cfg) in enumerate({**MIXED, **LORAS}.items()):

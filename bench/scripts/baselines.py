@@ -16,6 +16,7 @@ import argparse
 import sys
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 from bench.config import compose_bench, resolve_bench
 from bench.report import fmt
@@ -33,13 +34,18 @@ COMMON = ("accelerator=h100", "model_profile=llama-3.1-8b")
 COLUMNS = ("policy", "finished", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p50",
            "goodput", "hit rate", "queue (mean)", "retractions")
 
+#: One row: the policy (``None``: built-in), its run's summary, the run's overrides.
+Row = tuple[str | None, dict[str, Any], list[str]]
+#: One trace's table: the trace, its time scale, the last run's meta, the rows.
+Section = tuple[str, float, dict[str, Any], list[Row]]
+
 
 def overrides_for(trace: str, scale: float, policy: str | None) -> list[str]:
     out = [f"trace={trace}", f"trace.time_scale={scale}", *COMMON]
     return out + ([f"+policy={policy}"] if policy else [])
 
 
-def row(policy: str | None, s: dict) -> list[str]:
+def row(policy: str | None, s: dict[str, Any]) -> list[str]:
     return [
         f"`{policy}`" if policy else "built-in (fcfs)", f"{s['finished']}/{s['requests']}",
         fmt(s["ttft_s"]["p50"], 1, "s"), fmt(s["ttft_s"]["p99"], 1, "s"),
@@ -56,12 +62,13 @@ def main() -> None:
     args = parser.parse_args()
     git_commit()  # NOTE: stamps the run now (cached), before any work
 
-    sections = []
+    sections: list[Section] = []
     # NOTE: one bar over the whole sweep (each run's own replay bar is off); the per-run
     # lines are printed as before, above the bar on a terminal.
     with Progress(len(TRACES) * len(POLICIES), "baselines", unit="run") as bar:
         for trace, scale in TRACES:
-            rows, meta = [], None
+            rows: list[Row] = []
+            meta: dict[str, Any] | None = None
             for policy in POLICIES:
                 bar.status(f"{trace} {policy or 'builtin'}")
                 overrides = overrides_for(trace, scale, policy)
@@ -72,13 +79,14 @@ def main() -> None:
                 bar.update()
                 rows.append((policy, result["summary"], overrides))
                 meta = result["meta"]
+            assert meta is not None  # NOTE: POLICIES is not empty: every trace ran
             sections.append((trace, scale, meta, rows))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(render(sections))
     print(f"wrote {args.out}")
 
 
-def render(sections) -> str:
+def render(sections: list[Section]) -> str:
     first = sections[0][3][0][1]
     lines = [
         "# Baseline scheduling policies (simulated)",
@@ -116,7 +124,7 @@ def render(sections) -> str:
     return "\n".join(lines)
 
 
-def _identical_rows(rows) -> list[str]:
+def _identical_rows(rows: list[Row]) -> list[str]:
     """Groups of policies whose summaries are equal (worth a word in the table)."""
     groups: dict[str, list[str]] = {}
     for policy, summary, _ in rows:

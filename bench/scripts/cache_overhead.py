@@ -52,10 +52,11 @@ from sglang.srt.server_args import ServerArgs
 from bench.scripts.common import add_output_args, git_commit
 from policies.cache.lru import LruPolicy
 from policies.cache.penelope import PenelopePolicy
-from server.sglang.cache.gap_cache import GapRadixCache, duplicate_ranges
+from server.sglang.cache.gap_cache import GapRadixCache
+from server.sglang.cache.gap_paths import duplicate_ranges
 
 
-def workload(sessions: int, turns: int, system: int, seed: int) -> list[tuple[array, int]]:
+def workload(sessions: int, turns: int, system: int, seed: int) -> list[tuple[array[int], int]]:
     """``(prompt + output token ids, prompt length)`` per turn, sessions interleaved."""
     rng = random.Random(seed)
     fresh = iter(range(1_000, 10**9))
@@ -93,12 +94,14 @@ CACHES: dict[str, Callable[[int], Any]] = {
     "sglang default": sglang_default,
     "sglang python core": lambda pool: UnifiedRadixCache(params(pool, "python")),
     "sglang RadixCache": lambda pool: RadixCache(params(pool)),
-    "gap lru": lambda pool: GapRadixCache(params(pool), LruPolicy()),
-    "gap penelope": lambda pool: GapRadixCache(params(pool), PenelopePolicy()),
+    # NOTE: both satisfy EvictionPolicy at run time; mypy refuses them only because they declare
+    # `needs` as a ClassVar where the Protocol (policies/cache) declares an instance attribute.
+    "gap lru": lambda pool: GapRadixCache(params(pool), LruPolicy()),  # type: ignore[arg-type]
+    "gap penelope": lambda pool: GapRadixCache(params(pool), PenelopePolicy()),  # type: ignore[arg-type]
 }
 
 
-def run(cache: Any, seq: list[tuple[array, int]]) -> dict[str, float]:
+def run(cache: Any, seq: list[tuple[array[int], int]]) -> dict[str, float]:
     """Replay ``seq`` on ``cache``; time it and count the operations and hits."""
     allocator = cache.token_to_kv_pool_allocator
     unified = isinstance(cache, UnifiedRadixCache)
@@ -151,7 +154,7 @@ def main() -> None:
     publish(ServerArgs(model_path="dummy", device="cpu"), role="bench",
             ranks=SpawnRanks(world_rank=0, dp_rank=None))
     seq = workload(args.sessions, args.turns, args.system, args.seed)
-    rows = {}
+    rows: dict[str, dict[str, float]] = {}
     for name, make in CACHES.items():
         runs = [run(make(args.pool), seq) for _ in range(args.repeat)]
         rows[name] = min(runs, key=lambda r: r["seconds"])
@@ -163,7 +166,7 @@ def main() -> None:
     print(f"wrote {args.out} and {args.results}/results.json")
 
 
-def render(rows: dict, args: argparse.Namespace, num_turns: int, num_tokens: int) -> str:
+def render(rows: dict[str, dict[str, float]], args: argparse.Namespace, num_turns: int, num_tokens: int) -> str:
     base = rows["sglang default"]["ops_per_s"]
     lines = ["# Prefix-cache operation overhead", "",
              f"Produced by `python -m bench.scripts.cache_overhead --sessions {args.sessions} --turns "

@@ -40,7 +40,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.config import compose_bench, resolve_bench
+from bench.config import BenchSettings, compose_bench, resolve_bench
 from bench.live.fit import ADDITIVE, ROOFLINE, Fit, Point, at_bound, fit, fit_additive
 from bench.live.probe import Probe
 from bench.live.replay import flush_cache
@@ -100,9 +100,9 @@ async def measure(probe: Probe, sweep: Sweep) -> dict[str, Any]:
         print(f"prefill {n:>5}: client {min(c for c, _ in runs) * 1e3:8.1f} ms", flush=True)
     batches = []
     for k, n in sweep.batches:
-        runs = [await probe.prefill_batch(k, n, sweep.blocker) for _ in range(sweep.repeats)]
-        batches.append({"requests": k, "tokens": n, "server_s": [s for s in runs if s is not None]})
-        print(f"prefill {k} x {n}: {[round(s * 1e3, 1) for s in runs if s is not None]} ms", flush=True)
+        times = [await probe.prefill_batch(k, n, sweep.blocker) for _ in range(sweep.repeats)]
+        batches.append({"requests": k, "tokens": n, "server_s": [s for s in times if s is not None]})
+        print(f"prefill {k} x {n}: {[round(s * 1e3, 1) for s in times if s is not None]} ms", flush=True)
     decode = []
     for c in sweep.decode_contexts:
         for b in sweep.decode_batches:
@@ -265,14 +265,14 @@ def _server(endpoint: str | None, out: Path) -> Iterator[str]:
         yield server.base_url
 
 
-def isolated(data: dict[str, Any], settings: Any, base: AcceleratorConfig, out: Path,
+def isolated(data: dict[str, Any], settings: BenchSettings, base: AcceleratorConfig, out: Path,
              endpoint: str | None, sweep: Sweep, loaded: dict[str, Any] | None = None) -> list[str]:
     """Fit, print and save the isolated probes; return the chosen fit as overrides."""
     points = points_of(data)
     batched = any(p.kind == "prefill" and p.requests > 1 for p in points)
-    additive = ADDITIVE if batched else ADDITIVE.without("request_overhead_s")
+    additive_form = ADDITIVE if batched else ADDITIVE.without("request_overhead_s")
     fits = [fit(points, base, settings.model_profile, ROOFLINE),
-            fit_additive(points, base, settings.model_profile, additive)]
+            fit_additive(points, base, settings.model_profile, additive_form)]
     roofline, additive = fits
     # NOTE: the roofline's form is kept unless it misses the target and the extension does better.
     best = roofline if roofline.max_abs_error <= TARGET or roofline.max_abs_error <= additive.max_abs_error \

@@ -7,8 +7,14 @@ import functools
 import subprocess
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from bench.traces.paths import REPO_ROOT
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from compose.schema import ModelSource
 
 
 def add_output_args(parser: argparse.ArgumentParser, table: str, results: str) -> None:
@@ -51,3 +57,13 @@ def git_commit() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return f"{commit} + uncommitted changes" if dirty else commit
+
+
+def model_source(cfg: DictConfig) -> ModelSource:
+    """``cfg.model.source`` (a composed server config) as ``compose.model.ensure_default_model`` takes it."""
+    from omegaconf import OmegaConf
+
+    from compose.schema import ModelSource
+
+    # NOTE: model.source is a ModelSource node (compose/schema.py): a mapping keyed by its field names.
+    return ModelSource(**cast(dict[str, Any], OmegaConf.to_container(cfg.model.source)))

@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -75,7 +76,7 @@ def lengths(prompts: list[str], cap: int, concurrency: int, work: Path) -> list[
     return out
 
 
-def served(prompts: list[str], n: list[int], concurrency: int, work: Path) -> list[dict]:
+def served(prompts: list[str], n: list[int], concurrency: int, work: Path) -> list[dict[str, Any]]:
     """Step 2: the feedback record of each prompt, in prompt order."""
     log = (work / "feedback.jsonl").resolve()
     log.unlink(missing_ok=True)

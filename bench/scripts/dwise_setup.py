@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import yaml  # type: ignore[import-untyped]  # NOTE: no stubs in the venv
+import yaml
 
 from bench.config import BenchSettings, compose_bench, resolve_bench
 from bench.metrics import Slo, summarize

@@ -64,6 +64,9 @@ ABLATION: tuple[tuple[str, dict[str, Any]], ...] = (
     ("tighter cap (cap_ratio=2)", {"cap_ratio": 2.0}),
 )
 
+#: One trial of the sweep: the setting, its score, whether it is admissible.
+Trial = tuple[dict[str, Any], float, bool]
+
 
 def overrides(sc: Scenario, policy: str, params: dict[str, Any] | None = None) -> list[str]:
     out = [*sc.overrides, *COMMON, f"+policy={policy}"]
@@ -92,12 +95,13 @@ def ttft(sc: Scenario, policy: str, params: dict[str, Any] | None, results: Path
             "requests": summary["requests"], "cmd": "python -m bench " + " ".join(ov)}
 
 
-def sweep(results: Path, bar: Progress | None = None) -> tuple[dict[str, Any], list[tuple[dict, float, bool]],
-                                                                dict[str, dict]]:
+def sweep(results: Path, bar: Progress | None = None) -> tuple[dict[str, Any], list[Trial],
+                                                                dict[str, dict[str, Any]]]:
     """One round of coordinate search on ``TUNING``; the best setting, every trial, FCFS's runs."""
     fcfs = {sc.name: ttft(sc, "fcfs", None, results / "tuning", bar) for sc in TUNING}
-    best, best_score, trials = dict(SWEEP_START), float("inf"), []
-    cache: dict[tuple, tuple[float, bool]] = {}
+    best, best_score = dict(SWEEP_START), float("inf")
+    trials: list[Trial] = []
+    cache: dict[tuple[tuple[str, Any], ...], tuple[float, bool]] = {}
     for name, values in GRID.items():
         for value in values:
             params = {**best, name: value}
@@ -164,7 +168,8 @@ def _ratio_cells(rows: list[dict[str, Any]], metric: str, against: str | None) -
     return f"{r.mean():.2f} ({r.min():.2f}-{r.max():.2f}){who}"
 
 
-def render(table: dict, best: dict, trials: list, commit: str, wall_s: float) -> str:
+def render(table: dict[str, dict[str, Any]], best: dict[str, Any], trials: list[Trial], commit: str,
+           wall_s: float) -> str:
     groups = families(EVALUATION)
     lines = ["# Fairway in the simulator", "",
              f"Produced by `python -m bench.scripts.fairway` at commit {commit} "

@@ -16,13 +16,11 @@ import json
 import tempfile
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from bench.live.chat import HFReference, agreement, run_conversations
 from bench.live.server import ServerProcess
+from bench.scripts.common import model_source
 from compose.config import compose
 from compose.model import ensure_default_model
-from compose.schema import ModelSource
 
 
 def main() -> None:
@@ -31,7 +29,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("results/hf_agreement"))
     args = ap.parse_args()
     cfg = compose([])
-    checkpoint = ensure_default_model(ModelSource(**OmegaConf.to_container(cfg.model.source)))
+    checkpoint = ensure_default_model(model_source(cfg))
     rows = {}
     for dtype in args.dtypes:
         with tempfile.TemporaryDirectory() as tmp:

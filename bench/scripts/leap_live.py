@@ -43,12 +43,12 @@ def arrivals(n: int, rate: float, seed: int) -> np.ndarray:
     return np.cumsum(np.random.default_rng(seed).exponential(1.0 / rate, n))
 
 
-async def replay(base_url: str, prompts: list[str], at: np.ndarray, max_tokens: int) -> list[dict]:
+async def replay(base_url: str, prompts: list[str], at: np.ndarray, max_tokens: int) -> list[dict[str, Any]]:
     """Send ``prompts[i]`` at ``at[i]`` (streamed chat, greedy); one record per request."""
     async with httpx.AsyncClient(base_url=base_url, timeout=1800) as client:
         t0 = time.perf_counter() + 0.5
 
-        async def one(i: int) -> dict:
+        async def one(i: int) -> dict[str, Any]:
             await asyncio.sleep(max(0.0, t0 + at[i] - time.perf_counter()))
             sent = time.perf_counter()
             first, tokens, chunks = None, None, 0
@@ -73,7 +73,7 @@ async def replay(base_url: str, prompts: list[str], at: np.ndarray, max_tokens: 
         return list(await asyncio.gather(*(one(i) for i in range(len(prompts)))))
 
 
-def summarize(records: list[dict]) -> dict[str, float]:
+def summarize(records: list[dict[str, Any]]) -> dict[str, float]:
     e2e = np.array([r["e2e_s"] for r in records])
     out = np.array([max(1, r["output_tokens"]) for r in records])
     ttft = np.array([r["ttft_s"] for r in records])
@@ -85,7 +85,7 @@ def summarize(records: list[dict]) -> dict[str, float]:
 
 
 def run_policy(policy: str, args: argparse.Namespace, prompts: list[str], at: np.ndarray,
-               folder: Path) -> tuple[list[dict], list[dict]]:
+               folder: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """One server, one replay: the records, and LEAP's feedback log (empty for built-ins)."""
     folder.mkdir(parents=True, exist_ok=True)
     feedback = (folder / f"{policy}_feedback.jsonl").resolve()
@@ -132,7 +132,7 @@ def main() -> None:
     print(args.out.read_text())
 
 
-def prediction_quality(logged: list[dict], n: int) -> tuple[float, int]:
+def prediction_quality(logged: list[dict[str, Any]], n: int) -> tuple[float, int]:
     """Spearman of LEAP's logged predictions vs true lengths over the replay's requests."""
     ours = [r for r in logged if not r["aborted"] and r["num_input_tokens"] > 8][-n:]
     return spearman(np.array([r["predicted_output_tokens"] for r in ours]),

@@ -49,6 +49,11 @@ AGING_SWEEP = (8192, 65536, 262144, 1048576, 4194304)
 SWEEP_SCENARIOS = tuple(sc for sc in TUNING if "surge" not in sc.family)
 TARGET = 0.15
 
+#: One run (``run`` in ``main``): its summary and its command.
+Run = dict[str, Any]
+#: The aging sweep of one tuning scenario: FCFS's run under ``"fcfs"``, LEAP's under each aging value.
+SweepRuns = dict[str | int, Run]
+
 
 def row_overrides(scenario: Scenario, policy: str, std: float, mean: float) -> list[str]:
     out = [*scenario.overrides, *COMMON, f"+policy={policy}"]
@@ -80,14 +85,14 @@ def main() -> None:
         out_dir = args.results / folder / sc.name.replace(" ", "_") / (policy + "_".join(("",) + extra).replace("=", "-"))
         return {"summary": run_bench(settings, out_dir)["summary"], "cmd": "python -m bench " + " ".join(ov)}
 
-    sweep: dict[str, dict[str, Any]] = {}
+    sweep: dict[str, SweepRuns] = {}
     for sc in SWEEP_SCENARIOS:
         sweep[sc.name] = {"fcfs": run(sc, "fcfs", (), "tuning")}
         for a in AGING_SWEEP:
             sweep[sc.name][a] = run(sc, "leap", (f"policy.aging_tokens={a}",), "tuning")
     chosen, met = choose_aging(sweep)
     print(f"aging_tokens chosen on the tuning split: {chosen}", flush=True)
-    table: dict[str, dict[str, Any]] = {}
+    table: dict[str, dict[str, Run]] = {}
     for sc in EVALUATION:
         table[sc.name] = {label: run(sc, policy, (f"policy.aging_tokens={chosen}",) if policy == "leap" else (),
                                      "evaluation") for label, policy in ROWS}
@@ -99,7 +104,7 @@ def main() -> None:
         print(f"NOTE: conf/policy/leap.yaml holds aging_tokens={default}; the tuning split chose {chosen}")
 
 
-def choose_aging(sweep: dict[str, dict[Any, Any]]) -> tuple[int, bool]:
+def choose_aging(sweep: dict[str, SweepRuns]) -> tuple[int, bool]:
     """The smallest aging value (strongest aging) meeting the target in every tuning
     scenario, and ``True``; when none does, the one with the largest worst-case gain,
     and ``False``."""
@@ -117,8 +122,8 @@ def _gain(run: dict[str, Any], base: dict[str, Any]) -> float:
     return 1 - _per_token(run) / _per_token(base)
 
 
-def render(table: dict, sweep: dict, chosen: int, met: bool, std: float, mean: float, source: str,
-           live: dict | None, commit: str, wall_s: float) -> str:
+def render(table: dict[str, dict[str, Run]], sweep: dict[str, SweepRuns], chosen: int, met: bool, std: float,
+           mean: float, source: str, live: dict[str, Any] | None, commit: str, wall_s: float) -> str:
     lines = ["# LEAP in the simulator", "",
              f"Produced by `python -m bench.scripts.leap_sim` at commit {commit} "
              f"({datetime.now(UTC):%Y-%m-%d}, {wall_s / 60:.0f} min). One H100 with Llama-3.1-8B (roofline cost "
@@ -153,11 +158,11 @@ def render(table: dict, sweep: dict, chosen: int, met: bool, std: float, mean: f
               "| family | LEAP vs FCFS | target met (every instance) | LEAP vs best built-in | best built-in | "
               "oracle SJF vs FCFS |", "|---|---|---|---|---|---|"]
     for fam, scs in families(EVALUATION).items():
-        rows = [table[sc.name] for sc in scs]
-        vs_fcfs = np.array([-_gain(r["LEAP"], r["fcfs"]) for r in rows])
-        bests = [min(BEST_OF, key=lambda b, r=r: _per_token(r[b])) for r in rows]
-        vs_best = np.array([-_gain(r["LEAP"], r[b]) for r, b in zip(rows, bests)])
-        oracle = np.array([-_gain(r["oracle SJF"], r["fcfs"]) for r in rows])
+        instances = [table[sc.name] for sc in scs]
+        vs_fcfs = np.array([-_gain(r["LEAP"], r["fcfs"]) for r in instances])
+        bests = [_best_builtin(r) for r in instances]
+        vs_best = np.array([-_gain(r["LEAP"], r[b]) for r, b in zip(instances, bests)])
+        oracle = np.array([-_gain(r["oracle SJF"], r["fcfs"]) for r in instances])
         lines.append(f"| {fam} | {_spread(vs_fcfs)} | {'yes' if (vs_fcfs <= -TARGET).all() else 'NO'} | "
                      f"{_spread(vs_best)} | {'/'.join(sorted(set(bests)))} | {_spread(oracle)} |")
     lines += ["", "## Per scenario (evaluation split)", "", "Mean per-token latency (ms):", "",
@@ -184,16 +189,21 @@ def render(table: dict, sweep: dict, chosen: int, met: bool, std: float, mean: f
               "|---|" + "---|" * (len(sweep) + 1)]
     for a in AGING_SWEEP:
         cells, ok = [], True
-        for rows in sweep.values():
-            gain = _gain(rows[a], rows["fcfs"])
+        for runs in sweep.values():
+            gain = _gain(runs[a], runs["fcfs"])
             ok &= gain >= TARGET
-            cells.append(f"{-gain:+.1%}, p99 {fmt(rows[a]['summary']['ttft_s']['p99'])} s")
+            cells.append(f"{-gain:+.1%}, p99 {fmt(runs[a]['summary']['ttft_s']['p99'])} s")
         lines.append(f"| {a:,} | " + " | ".join(cells) + f" | {'yes' if ok else 'no'} |")
     lines += ["", "## Commands (evaluation split)", "", "```"]
     for rows in table.values():
         lines += [row["cmd"] for row in rows.values()]
     lines += ["```", ""]
     return "\n".join(lines)
+
+
+def _best_builtin(rows: dict[str, Run]) -> str:
+    """The built-in (of ``BEST_OF``) with the lowest mean per-token latency among ``rows``."""
+    return min(BEST_OF, key=lambda b: _per_token(rows[b]))
 
 
 def _spread(values: np.ndarray) -> str:

@@ -30,8 +30,10 @@ import json
 import random
 import statistics
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import cast
 
 from server.sglang.launch.stub import install_sgl_kernel_stub
 
@@ -56,6 +58,7 @@ from sglang.srt.server_args import ServerArgs
 
 from bench.scripts.common import git_commit
 from bench.traces.paths import REPO_ROOT
+from policies.scheduling import SchedulingPolicy
 from policies.scheduling.fairway import FairwayPolicy
 from policies.scheduling.leap import LeapPolicy
 from server.sglang.scheduling.matching import chained_hashes
@@ -66,6 +69,9 @@ TARGET = 0.05
 ADMIT_PER_STEP = 4
 MAX_PREFILL_TOKENS = 16384  # SGLang's default --max-prefill-tokens
 EVICT_TOKENS = 2048
+
+#: Builds one queue order over the workload's tree (SGLang's classes are untyped: ``Any``).
+MakeOrder = Callable[[UnifiedRadixCache], SchedulePolicy]
 
 
 class _NoReuseAllocator(TokenToKVPoolAllocator):
@@ -102,7 +108,8 @@ class Workload:
         self.queue = [self.new_request() for _ in range(n_waiting)]
 
     def _tokens(self, n: int) -> list[int]:
-        return self._np.integers(100, 40_000, n).tolist()
+        # NOTE: tolist() of an integer array gives Python ints (numpy types it Any).
+        return cast(list[int], self._np.integers(100, 40_000, n).tolist())
 
     def insert(self, ids: list[int]) -> None:
         kv = self.allocator.alloc(len(ids))
@@ -128,18 +135,18 @@ class Workload:
         self.queue = self.queue[ADMIT_PER_STEP:] + [self.new_request() for _ in range(ADMIT_PER_STEP)]
 
 
-def sglang_order(name: str):
-    def make(tree):
+def sglang_order(name: str) -> MakeOrder:
+    def make(tree: UnifiedRadixCache) -> SchedulePolicy:
         return SchedulePolicy(name, tree, False, False, False)
     return make
 
 
-def seam_order(make_policy):
+def seam_order(make_policy: Callable[[], SchedulingPolicy]) -> MakeOrder:
     """A pure policy through Switchboard's seam, as the server runs it (config defaults).
 
     NOTE: LEAP's queued requests carry no features here (all ranked at its prior).
     """
-    def make(tree):
+    def make(tree: UnifiedRadixCache) -> SchedulePolicy:
         return SwitchboardSchedulePolicy("fcfs", tree, False, False, False, order=make_policy(),
                                          prefill_clock=lambda: 0,
                                          head_bounds=lambda running: (None, float(MAX_PREFILL_TOKENS)))
@@ -148,10 +155,13 @@ def seam_order(make_policy):
 
 ORDERS = {"sglang shortest-prefill-first": sglang_order("shortest-prefill-first"),
           "sglang lpm": sglang_order("lpm"), "sglang hrrn": sglang_order("hrrn"),
-          "switchboard fairway": seam_order(FairwayPolicy), "switchboard leap": seam_order(LeapPolicy)}
+          # NOTE: FairwayPolicy satisfies SchedulingPolicy at run time; mypy refuses it only because it
+          # declares `needs` as a ClassVar where the Protocol (policies/scheduling) declares an instance attribute.
+          "switchboard fairway": seam_order(FairwayPolicy),  # type: ignore[arg-type]
+          "switchboard leap": seam_order(LeapPolicy)}
 
 
-def measure(n: int, make, steps: int, seed: int, evict_tokens: int = 0) -> float:
+def measure(n: int, make: MakeOrder, steps: int, seed: int, evict_tokens: int = 0) -> float:
     """Mean milliseconds of one ``calc_priority`` in steady state."""
     w = Workload(n, seed)
     policy = make(w.tree)
@@ -184,7 +194,7 @@ def main() -> None:
     reset_context()
     publish(ServerArgs(model_path="dummy", device="cpu"), role="bench",
             ranks=SpawnRanks(world_rank=0, dp_rank=None))
-    rows = {}
+    rows: dict[str, dict[str, float]] = {}
     cases = [(n, 0) for n in args.sizes] + [(n, EVICT_TOKENS) for n in args.evict_sizes]
     for n, evict in cases:
         label = f"{n:,}" + (f" (evicting {evict:,}/step)" if evict else "")
@@ -197,7 +207,7 @@ def main() -> None:
     print(f"wrote {args.out}")
 
 
-def render(rows: dict, steps: int, commit: str) -> str:
+def render(rows: dict[str, dict[str, float]], steps: int, commit: str) -> str:
     names = list(ORDERS)
     lines = ["# Queue-ordering overhead per scheduling step", "",
              f"`python -m bench.scripts.order_overhead` at commit {commit} ({datetime.now(UTC):%Y-%m-%d}): mean "

@@ -25,6 +25,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from bench.config import compose_bench, resolve_bench
 from bench.report import fmt
@@ -66,7 +67,7 @@ def overrides(capacity: int, policy: tuple[str, ...], host: bool, seed: int = 0)
 
 
 def run_one(capacity: int, label: str, policy: tuple[str, ...], host: bool, results: Path,
-            seed: int = 0) -> dict:
+            seed: int = 0) -> dict[str, Any]:
     ov = overrides(capacity, policy, host, seed)
     settings = resolve_bench(compose_bench([*ov, "output.progress=false", "output.plots=false"]))
     tag = f"{capacity}_{label.replace(' ', '_')}{'_host' if host else ''}{f'_seed{seed}' if seed else ''}"
@@ -98,7 +99,7 @@ def describe(key: Key) -> str:
     return f"{capacity} {label}{' +host' if host else ''} seed {seed}"
 
 
-def _run(key: Key, results: Path) -> dict:
+def _run(key: Key, results: Path) -> dict[str, Any]:
     capacity, host, seed, label = key
     return run_one(capacity, label, dict(POLICIES)[label], host, results, seed)
 
@@ -123,7 +124,7 @@ def main() -> None:
     print(f"wrote {args.out}")
 
 
-def render(rows: dict[Key, dict], wall_s: float) -> str:
+def render(rows: dict[Key, dict[str, Any]], wall_s: float) -> str:
     lines = ["# Penelope vs SGLang's eviction orders (simulator)", "",
              f"Produced by `python -m bench.scripts.penelope` at commit {git_commit()} "
              f"({datetime.now(UTC):%Y-%m-%d}, {wall_s / 60:.0f} min). One H100 with "
@@ -165,9 +166,9 @@ def render(rows: dict[Key, dict], wall_s: float) -> str:
     return "\n".join(lines)
 
 
-def _excluded(rows: dict[Key, dict]) -> list[str]:
+def _excluded(rows: dict[Key, dict[str, Any]]) -> list[str]:
     """What every row leaves out: requests longer than the profile's context (aborted)."""
-    by_seed: dict[int, set] = {}
+    by_seed: dict[int, set[tuple[int, int, int]]] = {}
     for (_, _, seed, _), r in rows.items():
         by_seed.setdefault(seed, set()).add((r["aborted"], r["requests"], r["context"]))
     if any(len(v) != 1 for v in by_seed.values()):
@@ -180,7 +181,7 @@ def _excluded(rows: dict[Key, dict]) -> list[str]:
             "the same ones in every row of a seed; TTFT and hit rates are over the served requests."]
 
 
-def render_verdict(rows: dict[Key, dict]) -> list[str]:
+def render_verdict(rows: dict[Key, dict[str, Any]]) -> list[str]:
     """Evaluation seeds: each Penelope row against the best built-in on the same
     seed and pool (lowest mean TTFT), and the 40% target where lru thrashes."""
     lines = ["## Verdict on the evaluation seeds " + ", ".join(map(str, EVAL_SEEDS)), "",

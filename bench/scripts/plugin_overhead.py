@@ -43,7 +43,7 @@ from typing import Any
 from bench.config import compose_bench, resolve_bench
 from bench.live.server import ServerProcess
 from bench.run import run_bench
-from bench.scripts.common import add_output_args, git_commit
+from bench.scripts.common import add_output_args, git_commit, model_source
 from bench.scripts.validate_sim import _machine
 
 SERVER = ("model.dtype=float32",)
@@ -63,11 +63,9 @@ class StockSGLang(ServerProcess):
     """SGLang's own launcher with Switchboard's argv and CPU environment, without a plan."""
 
     def command(self) -> tuple[list[str], dict[str, str]]:
-        from omegaconf import OmegaConf
-
         from compose.config import compose
         from compose.model import ensure_default_model
-        from compose.schema import ModelSource, register_schemas
+        from compose.schema import register_schemas
         from server.resolve import resolve
         from server.sglang.launch.args import sglang_fields, to_argv
         from server.sglang.launch.env import PLAN_ENV, child_env
@@ -75,7 +73,7 @@ class StockSGLang(ServerProcess):
         register_schemas()
         cfg = compose(self.overrides)
         plan = resolve(cfg)
-        model = ensure_default_model(ModelSource(**OmegaConf.to_container(cfg.model.source)))
+        model = ensure_default_model(model_source(cfg))
         plan = plan.with_model_path(str(model))
         _, base_env = super().command()
         env = child_env(plan, Path("unused"), base_env)
@@ -91,17 +89,17 @@ def one_run(name: str, workload: list[str], results: Path) -> dict[str, Any]:
     kind, overrides = SERVERS[name]
     results.mkdir(parents=True, exist_ok=True)
     with kind(list(overrides), results / "server.log") as server:
-        summary = run_bench(resolve_bench(compose_bench([*workload, f"live.endpoint={server.base_url}"])),
+        summary: dict[str, Any] = run_bench(resolve_bench(compose_bench([*workload, f"live.endpoint={server.base_url}"])),
                             results / "bench")["summary"]
     return summary
 
 
-def metric(summary: dict, key: str, sub: str | None) -> float:
+def metric(summary: dict[str, Any], key: str, sub: str | None) -> float:
     v = summary[key]
     return float(v[sub] if sub is not None else v)
 
 
-def render(runs: dict[str, list[dict]], workload: list[str], rounds: int, window_s: float, wall_s: float) -> str:
+def render(runs: dict[str, list[dict[str, Any]]], workload: list[str], rounds: int, window_s: float, wall_s: float) -> str:
     lines = ["# Plugin overhead, live (CPU server)", "",
              f"Produced by `python -m bench.scripts.plugin_overhead --rounds {rounds} "
              f"--window {window_s:g}` at commit {git_commit()} on {_machine()}, "
@@ -143,7 +141,7 @@ def main() -> None:
     git_commit()  # NOTE: stamps the run now (cached), before any work
     workload = [*WORKLOAD, f"trace.window_end_s={600 + args.window:g}"]
     t0 = time.monotonic()
-    runs: dict[str, list[dict]] = {name: [] for name in SERVERS}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in SERVERS}
     for i in range(args.rounds):
         for name in SERVERS:
             s = one_run(name, workload, args.results / f"round{i}" / name.replace(" ", "_"))

@@ -32,6 +32,7 @@ Nothing here was tuned on this data: every router runs at its defaults.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -117,7 +118,7 @@ def main() -> None:
             t0 = time.perf_counter()
             result = run_bench(settings)
             cluster = result.pop("cluster")
-            mv = moves(cluster, lambda s=settings: s.build("router"), cluster.trace.block_size,
+            mv = moves(cluster, functools.partial(settings.build, "router"), cluster.trace.block_size,
                        settings.sim.routing_key) if section.with_moves else None
             runs.append({"section": k, "router": router, "overrides": overrides, "summary": result["summary"],
                          "per_replica": result["meta"]["per_replica"],

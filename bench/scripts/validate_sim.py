@@ -87,7 +87,7 @@ METRICS = (
 TARGETED = 5
 
 
-def value(summary: dict, key: str, sub: str | None) -> float | None:
+def value(summary: dict[str, Any], key: str, sub: str | None) -> float | None:
     v = summary.get(key)
     return (v or {}).get(sub) if sub is not None else v
 
