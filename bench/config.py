@@ -29,7 +29,7 @@ from bench.schema import (
     register_bench_schemas,
 )
 from bench.traces.paths import resolve_data_root
-from compose.compat import ModelInHost, ModelKind, check_model_fit
+from compose.compat import ModelInHost, ModelKind, check_host_settings, check_model_fit
 from compose.config import ConfigError, compose, one_line
 from compose.specs import PolicySpec, build_policy, describe_policies, specs_from_config
 
@@ -76,12 +76,6 @@ class BenchSettings:
         """The policy object chosen for ``group``, or None."""
         spec = self.policies.get(group)
         return build_policy(spec) if spec is not None else None
-
-    @property
-    def host_tier_tokens(self) -> int:
-        """The cache's host tier (``cache.host_tier_tokens``; 0 = none)."""
-        spec = self.policies.get("cache")
-        return 0 if spec is None else int(spec.host_settings().host_tier_tokens)
 
     def describe(self) -> list[str]:
         """One line per policy kind: the chosen class or SGLang's built-in."""
@@ -172,6 +166,7 @@ def _check_dllm(s: BenchSettings) -> None:
     if not s.is_live:
         # NOTE: a live replay measures the server's own scheduling; it chooses no policy here
         check_model_fit(simulated_model(s), s.policies)
+        check_host_settings(s.policies, "sim.hicache_tokens=N, SGLang's HiCache modelled")
     policy = s.policies["policy"].needs_of() if "policy" in s.policies and not s.is_live else None
     if not dllm.enabled:
         if dllm.oracle:

@@ -86,8 +86,7 @@ def run_bench(settings: BenchSettings, out_dir: Path | None = None,
     ``requests.csv``, rounded, when ``out_dir`` is given)."""
     t0 = time.perf_counter()
     cost = CostModel(settings.accelerator, settings.model_profile)
-    sim_settings = SimSettings.resolve(settings.sim, settings.accelerator, settings.model_profile, cost,
-                                        settings.host_tier_tokens)
+    sim_settings = SimSettings.resolve(settings.sim, settings.accelerator, settings.model_profile, cost)
     trace, shaped = prepare_trace(settings, sim_settings)
     load_s = time.perf_counter() - t0
     show = settings.output.progress if progress is None else progress

@@ -319,7 +319,13 @@ class SimConfig:
     host_bandwidth_gbs: float = 50.0
     """Host-to-device copy bandwidth (GB/s) a host-tier restore runs at, serial
     with the prefill pass that needs it (about PCIe 5.0 x16 with pinned
-    memory); the tier's size is ``cache.host_tier_tokens``."""
+    memory); the tier's size is ``cache.host_tier_tokens`` (Switchboard's, in
+    the gap cache) or ``sim.hicache_tokens`` (SGLang's own)."""
+    hicache_tokens: int = 0
+    """SGLang's own host tier (HiCache: ``sglang.enable_hierarchical_cache`` on the
+    server), modelled: tokens of host memory keeping what a tail-first cache
+    evicts, restored instead of recomputed; 0 = none. NOTE: refused with a
+    cache that holds gaps, as the server refuses HiCache beside the gap cache."""
     adapters_count: int = 0
     """With ``+adapters``: adapters the requests use (``bench/sim/adapters.py``:
     drawn per session, or per request, by a stable hash); 0 = every request

@@ -110,6 +110,41 @@ def refusal_for(model: ModelInHost, spec: PolicySpec) -> str | None:
                            to_diffusion=model.to_diffusion)
 
 
+@dataclass(frozen=True)
+class HostRule:
+    """One refused host setting: a kind's host settings that its option cannot use."""
+
+    name: str
+    """Short id (test tables name rules by it)."""
+    group: str
+    """The kind's config group."""
+    when: Callable[[Any, Any], bool]
+    """On the option's Needs and the kind's host settings: whether they are refused."""
+    why: str
+    """The error, formatted with ``option`` and ``sglang_host_tier`` (how this host
+    switches SGLang's own host tier on)."""
+
+
+#: Every host-setting refusal, checked by both hosts in this order.
+HOST_RULES: tuple[HostRule, ...] = (
+    # NOTE: Switchboard's host tier lives in the gap cache (server: host_kv.py); a
+    # tail-first cache has SGLang's own (HiCache), switched on in the host's own words.
+    HostRule("host-tier-needs-gaps", "cache",
+             lambda needs, host: host.host_tier_tokens > 0 and not needs.interior,
+             "cache.host_tier_tokens needs a cache that holds gaps (+cache=penelope); "
+             "for +cache ({option}) use SGLang's own host tier ({sglang_host_tier})"),
+)
+
+
+def check_host_settings(specs: Mapping[str, PolicySpec], sglang_host_tier: str) -> None:
+    """Raise ``ConfigError`` (one line, naming the setting) for the first refused host
+    setting (``HOST_RULES``); ``sglang_host_tier``: how this host switches SGLang's own on."""
+    for rule in HOST_RULES:
+        spec = specs.get(rule.group)
+        if spec is not None and rule.when(spec.needs_of(), spec.host_settings()):
+            raise ConfigError(rule.why.format(option=spec.target, sglang_host_tier=sglang_host_tier))
+
+
 def check_model_fit(model: ModelInHost, specs: Mapping[str, PolicySpec]) -> None:
     """Raise ``ConfigError`` (one line, naming the kind) for the first chosen option ``model`` refuses."""
     for rule_group in dict.fromkeys(r.group for r in REFUSALS):

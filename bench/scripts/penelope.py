@@ -63,7 +63,12 @@ def overrides(capacity: int, policy: tuple[str, ...], host: bool, seed: int = 0)
     out = ["trace=claude_code_sessions", f"trace.claude_code.session_rate={SESSION_RATE}",
            f"trace.claude_code.max_sessions={SESSIONS}", *COMMON, f"sim.max_total_tokens={capacity}",
            *policy, *([f"trace.seed={seed}"] if seed else [])]
-    return out + ([f"++cache.host_tier_tokens={HOST_TIER_TOKENS}"] if host else [])
+    if not host:
+        return out
+    # NOTE: the same tier, by its implementation: Switchboard's (in the gap cache) for Penelope,
+    # SGLang's own (HiCache, sim.hicache_tokens) for a tail-first order (compose/compat.py)
+    gaps = any(o == "+cache=penelope" for o in policy)
+    return [*out, f"++cache.host_tier_tokens={HOST_TIER_TOKENS}" if gaps else f"sim.hicache_tokens={HOST_TIER_TOKENS}"]
 
 
 def run_one(capacity: int, label: str, policy: tuple[str, ...], host: bool, results: Path,
@@ -131,7 +136,9 @@ def render(rows: dict[Key, dict[str, Any]], wall_s: float) -> str:
              "Llama-3.1-8B (roofline cost model: compare rows, not absolute numbers); "
              f"Claude Code agent sessions, {SESSIONS} sessions starting at {SESSION_RATE}/s, "
              "closed-loop with recorded think times. Host tier (rows `+host`): "
-             f"{HOST_TIER_TOKENS:,} tokens of host memory restored at 50 GB/s. Built-ins: "
+             f"{HOST_TIER_TOKENS:,} tokens of host memory restored at 50 GB/s (Penelope's in its "
+             "gap cache, `cache.host_tier_tokens`; for a built-in order SGLang's own HiCache, "
+             "`sim.hicache_tokens`, modelled the same way). Built-ins: "
              + ", ".join(f"`{b}`" for b in BUILTINS) + " (SGLang's `--radix-eviction-policy` "
              "orders, run through the same seam; `priority` is `lru` here: no request has a "
              "priority).", "",

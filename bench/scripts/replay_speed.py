@@ -36,7 +36,7 @@ def main() -> None:
     s = resolve_bench(compose_bench(["output.progress=false", *overrides]))
     trace = load_trace(s.trace, s.data_root)
     cost = CostModel(s.accelerator, s.model_profile)
-    settings = SimSettings.resolve(s.sim, s.accelerator, s.model_profile, cost, s.host_tier_tokens)
+    settings = SimSettings.resolve(s.sim, s.accelerator, s.model_profile, cost)
     sim = build_simulator(trace, cost, settings, sim_parts(s, Scope.replica))
     t1 = time.perf_counter()
     cpu0 = time.process_time()

@@ -44,13 +44,16 @@ def build_simulator(trace: Trace, cost: CostModel, settings: SimSettings, parts:
                     ) -> Simulator:
     """A simulator for ``trace`` with the chosen kinds' ``parts`` (``binding.sim_parts``);
     a part left empty behaves as stock SGLang (queue kept in arrival order, LRU
-    eviction, no seam on any event: every request admitted, no adapters). With
-    ``settings.host_tier_tokens > 0`` the cache gets a host tier of that size.
+    eviction, no seam on any event: every request admitted, no adapters). The
+    cache gets a host tier of ``parts.host_tier_tokens`` (the cache kind's) or
+    ``settings.host_tier_tokens`` (SGLang's own, modelled), whichever is set.
     The order is told of every finished request first, then ``parts.observers``."""
     parts = parts if parts is not None else SimParts()
     order, eviction = parts.order, parts.eviction
     policy = eviction if eviction is not None else LruPolicy()
-    cache = PrefixCache(max(trace.block_size, 1), policy, host_tier_tokens=settings.host_tier_tokens,
+    # NOTE: at most one is set (compose/compat.py, the cache binding's HiCache refusal)
+    tier = parts.host_tier_tokens or settings.host_tier_tokens
+    cache = PrefixCache(max(trace.block_size, 1), policy, host_tier_tokens=tier,
                         host_bandwidth_gbs=settings.host_bandwidth_gbs)
     queue = WaitingQueue(cache, order, in_batch_threshold=settings.in_batch_threshold,
                          native_queue_limit=settings.native_queue_limit,

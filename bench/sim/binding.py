@@ -64,6 +64,9 @@ class SimParts:
     """Queue (or dLLM round) order (``WaitingQueue``; ``None``: SGLang's own)."""
     eviction: EvictionPolicy | None = None
     """Prefix-cache eviction order (``PrefixCache``; ``None``: SGLang's LRU)."""
+    host_tier_tokens: int = 0
+    """The cache kind's host tier (its host setting ``cache.host_tier_tokens``), handed
+    to the cache as the server's binding hands it to the gap cache; 0 = none."""
     seams: list[object] = field(default_factory=list)
     """Subscribers of the simulator's events (``events.py``: the arrival gate,
     walk filters, batch hooks, counters), in binding order; one object per

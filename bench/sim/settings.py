@@ -34,12 +34,13 @@ class SimSettings:
     drain_timeout_s: float = 600.0
     length_signal: LengthSignal | None = None
     host_tier_tokens: int = 0
-    """The cache's host tier (``cache.host_tier_tokens``); 0 = none."""
+    """SGLang's own host tier, modelled (``sim.hicache_tokens``); 0 = none. The cache
+    kind's own (``cache.host_tier_tokens``) comes with its parts (``SimParts.host_tier_tokens``)."""
     host_bandwidth_gbs: float = 50.0
 
     @classmethod
     def resolve(cls, sim: SimConfig, accel: AcceleratorConfig, model: ModelProfileConfig,
-                cost: CostModel, host_tier_tokens: int = 0) -> SimSettings:
+                cost: CostModel) -> SimSettings:
         """SGLang's derivations: pool size from memory, request slots from the
         pool (``clamp(pool / context * 512, 2048, 4096)``), chunk size per device,
         new-token ratio schedule from ``schedule_conservativeness``."""
@@ -66,5 +67,5 @@ class SimSettings:
             idle_poll_s=sim.idle_poll_s, drain_timeout_s=sim.drain_timeout_s,
             length_signal=(None if sim.length_signal_log_std is None else LengthSignal(
                 sim.length_signal_log_std, sim.length_signal_log_mean, sim.length_signal_seed)),
-            host_tier_tokens=host_tier_tokens, host_bandwidth_gbs=sim.host_bandwidth_gbs,
+            host_tier_tokens=sim.hicache_tokens, host_bandwidth_gbs=sim.host_bandwidth_gbs,
         )

@@ -82,3 +82,41 @@ def test_both_hosts_refuse_with_the_same_reason(rule, server, sim, reason):
     if sim is not None:
         with pytest.raises(ConfigError, match=reason):
             resolve_bench(compose_bench(sim))
+
+
+#: Every (cache option) the host-tier rule refuses: the tail-first ones (no gaps to keep).
+TIER_REFUSED = {o for o in group_options("cache") if o != "penelope"}
+
+
+def test_one_host_tier_rule_refused_by_both_hosts():
+    from compose.compat import HOST_RULES
+
+    assert [r.name for r in HOST_RULES] == ["host-tier-needs-gaps"]
+    tier = "++cache.host_tier_tokens=1000"
+    for option in group_options("cache"):
+        server, sim = f"+cache={option}", f"+cache={option}"
+        if option in TIER_REFUSED:
+            with pytest.raises(ConfigError, match=r"cache.host_tier_tokens needs a cache that holds gaps.*"
+                                                  r"sglang.enable_hierarchical_cache=true"):
+                sglang_fields(resolve(compose(["server.device=cpu", server, tier])))
+            with pytest.raises(ConfigError, match=r"cache.host_tier_tokens needs a cache that holds gaps.*"
+                                                  r"sim.hicache_tokens"):
+                resolve_bench(compose_bench([sim, tier]))
+        else:
+            assert sglang_fields(resolve(compose(["server.device=cpu", server, tier])))["page_size"] == 1
+            assert resolve_bench(compose_bench([sim, tier])).policies["cache"].host_settings().host_tier_tokens == 1000
+    # SGLang's own host tier: the server's flag, the simulator's model of it
+    assert resolve_bench(compose_bench(["+cache=lru", "sim.hicache_tokens=1000"])).sim.hicache_tokens == 1000
+
+
+def test_the_cache_binding_hands_its_host_tier_to_the_simulators_cache():
+    from bench.sim.binding import Scope, sim_parts
+
+    settings = resolve_bench(compose_bench(["+cache=penelope", "++cache.host_tier_tokens=500"]))
+    assert sim_parts(settings, Scope.replica).host_tier_tokens == 500 and settings.sim.hicache_tokens == 0
+    # SGLang's own host tier beside the gap cache: refused, as the server refuses its flag there
+    with pytest.raises(ConfigError, match=r"sim.hicache_tokens \(SGLang's own host tier\) conflicts"):
+        sim_parts(resolve_bench(compose_bench(["+cache=penelope", "sim.hicache_tokens=10"])), Scope.replica)
+    with pytest.raises(ConfigError, match="sglang.enable_hierarchical_cache conflicts"):
+        sglang_fields(resolve(compose(["server.device=cpu", "+cache=penelope",
+                                       "sglang.enable_hierarchical_cache=true"])))

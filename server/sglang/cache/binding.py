@@ -31,13 +31,8 @@ class CacheBinding:
 
     def launch(self, spec: PolicySpec, launch: LaunchFields) -> None:
         fields = launch.fields
+        # NOTE: cache.host_tier_tokens with a tail-first cache is refused before (compose/compat.py)
         interior = spec.needs_of().interior
-        if spec.host_settings().host_tier_tokens and not interior:
-            # NOTE: our host tier lives in the gap cache; a tail-first cache has SGLang's own
-            raise ConfigError(
-                f"cache.host_tier_tokens needs a cache that holds gaps (+cache=penelope); "
-                f"for +cache ({spec.target}) use SGLang's own host tier "
-                "(sglang.enable_hierarchical_cache=true)")
         if interior:
             why = f"+cache ({spec.target}) freeing history from the front (gap cache)"
             launch.require("radix_cache_backend", GAP_CACHE_BACKEND, why)

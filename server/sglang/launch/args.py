@@ -15,7 +15,7 @@ import difflib
 import json
 from typing import Any
 
-from compose.compat import ModelInHost, ModelKind, check_model_fit
+from compose.compat import ModelInHost, ModelKind, check_host_settings, check_model_fit
 from compose.config import ConfigError
 from compose.kinds import kinds
 from server.resolve import LaunchPlan
@@ -30,10 +30,11 @@ class _RaisingParser(argparse.ArgumentParser):
 def sglang_fields(plan: LaunchPlan) -> dict[str, Any]:
     """ServerArgs fields: the plan's, plus what the chosen kinds' bindings and the device imply.
 
-    NOTE: the model-kind rules (``compose.compat``) run first, so a refused
-    pair is named before any binding adds a flag for it."""
+    NOTE: the model-kind and host-setting rules (``compose.compat``) run first,
+    so a refused pair is named before any binding adds a flag for it."""
     fields = dict(plan.sglang)
     check_model_fit(served_model(plan), plan.policies)
+    check_host_settings(plan.policies, "sglang.enable_hierarchical_cache=true")
     launch = LaunchFields(plan, fields)
     for spec, binding in chosen(plan):
         binding.launch(spec, launch)
