@@ -27,12 +27,13 @@ import numpy as np
 from bench.metrics import RequestRecord, Timeline
 from bench.sim.binding import SimParts
 from bench.sim.cache import PrefixCache
-from bench.sim.cost import CostModel
+from bench.sim.cost import CostModel, IterationCost
 from bench.sim.engine import SimulationError, Simulator
 from bench.sim.queue import WaitingQueue
 from bench.sim.request import Phase, SimRequest
 from bench.sim.settings import SimSettings
 from bench.traces.trace import Trace
+from policies.cache import EvictionPolicy
 from policies.cache.lru import LruPolicy
 from policies.feedback import ObservesFinished
 
@@ -40,7 +41,7 @@ __all__ = ["CostModel", "SimParts", "SimSettings", "Simulator", "SimulationError
            "build_simulator", "records_of"]
 
 
-def build_simulator(trace: Trace, cost: CostModel, settings: SimSettings, parts: SimParts | None = None,
+def build_simulator(trace: Trace, cost: IterationCost, settings: SimSettings, parts: SimParts | None = None,
                     ) -> Simulator:
     """A simulator for ``trace`` with the chosen kinds' ``parts`` (``binding.sim_parts``);
     a part left empty behaves as stock SGLang (queue kept in arrival order, LRU
@@ -50,7 +51,9 @@ def build_simulator(trace: Trace, cost: CostModel, settings: SimSettings, parts:
     The order is told of every finished request first, then ``parts.observers``."""
     parts = parts if parts is not None else SimParts()
     order, eviction = parts.order, parts.eviction
-    policy = eviction if eviction is not None else LruPolicy()
+    # NOTE: LruPolicy satisfies EvictionPolicy at run time; mypy refuses it only because it declares
+    # `needs` as a ClassVar where the Protocol (policies/cache) declares an instance attribute.
+    policy: EvictionPolicy = eviction if eviction is not None else LruPolicy()  # type: ignore[assignment]
     # NOTE: at most one is set (compose/compat.py, the cache binding's HiCache refusal)
     tier = parts.host_tier_tokens or settings.host_tier_tokens
     cache = PrefixCache(max(trace.block_size, 1), policy, host_tier_tokens=tier,
@@ -60,7 +63,8 @@ def build_simulator(trace: Trace, cost: CostModel, settings: SimSettings, parts:
                          touch=settings.touch_waiting, builtin_lru=eviction is None)
     cache.touch_waiting = queue.touch_every_pass
     # NOTE: the order's feedback first, then the others' in binding order, as the server's scheduler feeds them
-    told = [order] if isinstance(order, ObservesFinished) else []
+    # NOTE: `is not None` first: mypy takes isinstance(Optional[Protocol], other Protocol) to be never true.
+    told: list[ObservesFinished] = [order] if order is not None and isinstance(order, ObservesFinished) else []
     return Simulator(trace, cost, settings, queue=queue, cache=cache, seams=parts.seams,
                      observers=told + list(parts.observers))
 

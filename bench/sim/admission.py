@@ -11,6 +11,7 @@ The admission kind's seam on the simulator's arrival event
 
 from __future__ import annotations
 
+from collections.abc import Sized
 from typing import TYPE_CHECKING, Protocol
 
 from bench.sim.request import SimRequest
@@ -25,8 +26,12 @@ class _Host(Protocol):
     """What the gate reads of the simulator."""
 
     now: float
-    queue: object
-    running: object
+
+    @property
+    def queue(self) -> Sized: ...
+
+    @property
+    def running(self) -> Sized: ...
 
     @property
     def free_tokens(self) -> int: ...
@@ -46,8 +51,8 @@ class AdmissionGate:
         deferred = self.num_deferred - (1 if r.deferred else 0)
         return AdmissionView(
             request=r.make_view(), now=host.now,
-            num_waiting=len(host.queue) - (1 if in_queue else 0) - deferred,  # type: ignore[arg-type]
-            num_running=len(host.running),  # type: ignore[arg-type]
+            num_waiting=len(host.queue) - (1 if in_queue else 0) - deferred,
+            num_running=len(host.running),
             num_deferred=deferred, kv_capacity_tokens=host.capacity, kv_free_tokens=host.free_tokens)
 
     def on_arrival(self, host: _Host, r: SimRequest) -> str | None:

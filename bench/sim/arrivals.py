@@ -11,8 +11,20 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Iterator
+from typing import Protocol
 
 from bench.traces.trace import Trace, TraceRequest
+
+
+class ArrivalSource(Protocol):
+    """What a simulator reads of its arrivals: ``Arrivals``, or a cluster
+    replica's ``cluster.Inbox`` (the requests routed to it)."""
+
+    def next_time(self) -> float: ...
+
+    def until(self, t: float) -> Iterator[tuple[float, TraceRequest]]: ...
+
+    def release_followers(self, rid: str, now: float) -> None: ...
 
 
 class Arrivals:

@@ -30,13 +30,21 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterator
+from typing import Protocol, cast
 
 from policies.cache import BlockView, EvictionPolicy
 from radix import GapTree, HostTier
 from radix import Node as TreeNode
 
-Node = TreeNode[array, None]
+Node = TreeNode["array[int]", None]  # NOTE: a string: array is not subscriptable at run time before 3.12
 """A node of the simulated cache (block-id keys, no slots)."""
+
+
+class _Match(Protocol):
+    """``GapTree.match`` as ``PrefixCache.match``: ``key`` may be ``None`` (no blocks)."""
+
+    def __call__(self, key: array[int] | None, now: float, touch: bool = True,
+                 split: bool = True) -> tuple[int, Node]: ...
 
 
 class PrefixCache:
@@ -56,14 +64,16 @@ class PrefixCache:
         self.on_insert: Callable[[int], None] | None = None
         """Called with the first block of each new leaf."""
         host = HostTier(host_tier_tokens) if host_tier_tokens > 0 else None
-        self.tree: GapTree[array, None] = GapTree(policy, self, array("q"), unit_tokens=block_size,
+        self.tree: GapTree[array[int], None] = GapTree(policy, self, array("q"), unit_tokens=block_size,
                                                    host=host, touch_waiting=touch_waiting)
         self.root = self.tree.root
         self.may_have_gaps = self.tree.may_have_gaps
         """Whether any node can be hollow (hollowing policy or a host tier)."""
         # NOTE: the tree's own operations, bound as they are (no forwarding frame
         # on the simulator's hot path; see ``GapTree`` for their docs)
-        self.match = self.tree.match
+        # NOTE: invariant: the tree's match hands its key only to ``locate`` below, which
+        # answers ``(0, root)`` for ``None`` (a request without blocks), so it takes ``None``.
+        self.match = cast(_Match, self.tree.match)
         self.lock = self.tree.lock
         self.unlock = self.tree.unlock
         self.evict = self.tree.evict
@@ -120,7 +130,7 @@ class PrefixCache:
         """Tokens the first ``num_blocks`` blocks of a prompt cover."""
         return min(num_blocks * self.block_size, input_tokens)
 
-    def insert(self, blocks: array, input_tokens: int, now: float, inserted_blocks: int = 0,
+    def insert(self, blocks: array[int], input_tokens: int, now: float, inserted_blocks: int = 0,
                priority: int = 0, session: str | None = None) -> tuple[Node, int]:
         """Cache ``blocks`` (a prompt's leading blocks); return the node the path
         ends in and the tokens of the new leaf. ``inserted_blocks``: how many of
@@ -158,7 +168,7 @@ class PrefixCache:
         """A scheduling pass touched every waiting request's matched prefix."""
         self.tree.touch_waiting_prefixes(now)
 
-    def seen_tokens(self, blocks: array | None, input_tokens: int) -> int:
+    def seen_tokens(self, blocks: array[int] | None, input_tokens: int) -> int:
         """Tokens of the longest prefix of ``blocks`` ever inserted (cached now or
         before): what an unbounded cache would hold of this prompt."""
         if not blocks or blocks[0] not in self._seen:
@@ -177,10 +187,10 @@ class PrefixCache:
         return tokens * kv_bytes_per_token / (self.host_bandwidth_gbs * 1e9)
 
     # ------------------------------------------------- KeyIndex (tree hooks)
-    def edge(self, key: array) -> int:
+    def edge(self, key: array[int]) -> int:
         return key[0]
 
-    def locate(self, root: Node, blocks: array | None) -> tuple[int, Node]:
+    def locate(self, root: Node, blocks: array[int] | None) -> tuple[int, Node]:
         """Binary search over prefix-chained block ids (see module docs)."""
         if not blocks:
             return 0, root

@@ -80,7 +80,7 @@ class Cluster:
         self.arrivals = Arrivals(trace)
         self.inboxes = [Inbox(self, i) for i in range(len(replicas))]
         for sim, inbox in zip(self.replicas, self.inboxes, strict=True):
-            sim.arrivals = inbox  # type: ignore[assignment]  # NOTE: duck-typed Arrivals
+            sim.arrivals = inbox
         self.in_flight = [0] * len(replicas)
         self._done: list[tuple[float, int, int]] = []
         """Completions not yet seen by the gateway: (time, tie, replica)."""

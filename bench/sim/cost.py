@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from bench.schema import AcceleratorConfig, ModelProfileConfig
 
@@ -81,6 +82,19 @@ class ModelShape:
     def total_params(self) -> float:
         """Parameters the architecture implies (norms and biases ignored)."""
         return self.linear_params + self.embed_params
+
+
+class IterationCost(Protocol):
+    """What the simulator reads of its cost model: ``CostModel``, or a wrapper
+    around one (``overlap.IterationLog``)."""
+
+    @property
+    def kv_bytes_per_token(self) -> float: ...
+
+    def prefill_time(self, extends: list[tuple[int, int]], gaps: Sequence[tuple[int, int]] = (),
+                     extra_s: float = 0.0, /) -> float: ...
+
+    def decode_time(self, batch: int, context_tokens: int) -> float: ...
 
 
 class CostModel:

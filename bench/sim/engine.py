@@ -49,9 +49,9 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 
-from bench.sim.arrivals import Arrivals
+from bench.sim.arrivals import Arrivals, ArrivalSource
 from bench.sim.cache import PrefixCache
-from bench.sim.cost import CostModel
+from bench.sim.cost import IterationCost
 from bench.sim.events import CountsWork, FiltersWalk, GatesArrival, OnBatchFormed, TagsArrival, having, one
 from bench.sim.prefill import AddResult, PrefillAdder
 from bench.sim.queue import WaitingQueue
@@ -69,7 +69,7 @@ class SimulationError(RuntimeError):
 class Simulator:
     """Replays one trace against one set of policies (see module docs)."""
 
-    def __init__(self, trace: Trace, cost: CostModel, settings: SimSettings, *,
+    def __init__(self, trace: Trace, cost: IterationCost, settings: SimSettings, *,
                  queue: WaitingQueue, cache: PrefixCache,
                  seams: Sequence[object] = (),
                  on_sample: Callable[[Simulator], None] | None = None,
@@ -95,7 +95,7 @@ class Simulator:
         self.num_retractions = 0
         self.new_token_ratio = settings.init_new_token_ratio
         self.num_iterations = 0
-        self.arrivals = Arrivals(trace)
+        self.arrivals: ArrivalSource = Arrivals(trace)
         self._seq = itertools.count()
         self._last_activity = 0.0
         self.on_sample = on_sample

@@ -34,6 +34,7 @@ import numpy as np
 
 from bench.counters import EngineCounters
 from bench.metrics import RequestRecord
+from bench.sim.cost import IterationCost
 
 #: SGLang drops a decode cadence sample at or above this (``STEP_MAX_US``).
 STEP_MAX_S = 2.0
@@ -47,7 +48,7 @@ class IterationLog:
     which reads ``now`` before the call and adds the result after it.
     """
 
-    def __init__(self, cost: Any, clock: Callable[[], float] | None = None) -> None:
+    def __init__(self, cost: IterationCost, clock: Callable[[], float] | None = None) -> None:
         self.cost = cost
         self.clock = clock
         self.starts = array("d")

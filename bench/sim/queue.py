@@ -76,8 +76,11 @@ class WaitingQueue:
         """SGLang's own LRU is in use (its periodic prefix refresh needs it)."""
         self.touch_periodic = self.builtin_lru and not self.cache_aware
         self.needs_paths = policy is not None and policy.needs.prefix_path
-        self.store = SimColumnStore() if isinstance(policy, RanksColumns) else None
-        """Rows of the waiting requests when the policy ranks columns (as the server does)."""
+        # NOTE: `is not None` first: mypy takes isinstance(Optional[Protocol], other Protocol) to be never true.
+        self._ranker = policy if policy is not None and isinstance(policy, RanksColumns) else None
+        """The policy, when it ranks columns (as the server does)."""
+        self.store = SimColumnStore() if self._ranker is not None else None
+        """Rows of the waiting requests when the policy ranks columns."""
         self.split = self.touch_every_pass or self.needs_paths
         self.threshold = in_batch_threshold
         self.items: list[SimRequest] = []
@@ -196,7 +199,7 @@ class WaitingQueue:
                 self._flag_duplicates()
             if self.needs_paths:
                 self._refresh_paths()
-            self._decide(now, processed_tokens, num_running,
+            self._decide(self.policy, now, processed_tokens, num_running,
                          (None, math.inf) if has_deferred else bounds)
         if self.touch_periodic or (fallback and self.builtin_lru):
             # NOTE: SGLang's _touch_waiting_prefixes: passes that did not match the
@@ -238,10 +241,10 @@ class WaitingQueue:
                 r.path = path
                 self._invalidate(r)
 
-    def _decide(self, now: float, processed_tokens: int, num_running: int,
+    def _decide(self, policy: SchedulingPolicy, now: float, processed_tokens: int, num_running: int,
                 bounds: tuple[int | None, float]) -> None:
-        if self.store is not None:
-            self._rank(now, processed_tokens, num_running, bounds)
+        if self._ranker is not None:
+            self._rank(self._ranker, now, processed_tokens, num_running, bounds)
             return
         for r in self._stale:
             if r.view is None:
@@ -249,10 +252,10 @@ class WaitingQueue:
         self._stale.clear()
         queue = QueueView(requests=tuple(map(_view_of, self.items)), now=now,
                           processed_tokens=processed_tokens, num_running=num_running)
-        decision = self.policy.order(queue)  # type: ignore[union-attr]
+        decision = policy.order(queue)
         self._apply(queue, decision)
 
-    def _rank(self, now: float, processed_tokens: int, num_running: int,
+    def _rank(self, ranker: RanksColumns, now: float, processed_tokens: int, num_running: int,
               bounds: tuple[int | None, float]) -> None:
         """The columnar path: rows rewritten for changed requests, one ``rank``."""
         store = self.store
@@ -264,7 +267,7 @@ class WaitingQueue:
         items = self.items
         columns = store.columns(items, now=now, processed_tokens=processed_tokens, num_running=num_running,
                                 admit_limit=bounds[0], prefill_budget_tokens=bounds[1])
-        positions = np.asarray(self.policy.rank(columns))  # type: ignore[union-attr]
+        positions = np.asarray(ranker.rank(columns))
         check_ranking(len(items), positions)
         moved = np.flatnonzero(positions != np.arange(len(items)))
         if len(moved):  # NOTE: only the span that moved is rebuilt (usually the head)

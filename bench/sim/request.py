@@ -61,7 +61,7 @@ class SimRequest:
         self.output_len = trace.output_tokens
         self.adapter: str | None = None
         """The adapter the request uses (``None``: the base model)."""
-        self.blocks: array | None = trace.block_ids
+        self.blocks: array[int] | None = trace.block_ids
         self.arrival_s = arrival_s
         """When the client sent it (for closed-loop requests: release time)."""
         self.seq = -1
