@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
 
@@ -98,8 +99,9 @@ class Timeline:
     capacity: int
 
 
-def stats(values: Sequence[float]) -> dict[str, float | None]:
-    """``mean`` and p50/p90/p99 of ``values`` (None when empty)."""
+def stats(values: Sequence[float | None] | np.ndarray) -> dict[str, float | None]:
+    """``mean`` and p50/p90/p99 of ``values`` (None when empty). NOTE: a ``None``
+    value (e.g. the TTFT of a record without a first token) is NaN to numpy."""
     if len(values) == 0:
         return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
     arr = np.asarray(values, dtype=float)
@@ -141,7 +143,7 @@ def span(records: Sequence[RequestRecord]) -> float:
 
 
 def summarize(records: Sequence[RequestRecord], slo: Slo,
-              timeline: Timeline | None = None) -> dict:
+              timeline: Timeline | None = None) -> dict[str, Any]:
     """Every metric of a run (see module docs)."""
     done = [r for r in records if r.status == "finished"]
     seconds = span(records)
@@ -155,7 +157,8 @@ def summarize(records: Sequence[RequestRecord], slo: Slo,
         "tpot_s": stats([r.tpot for r in done if r.tpot is not None]),
         "itl_s": stats(itl_values(done)),
         "e2e_s": stats([r.e2e for r in done]),
-        "per_token_latency_s": stats([r.e2e / max(1, r.output_tokens) for r in done]),
+        # NOTE: a finished record has its finish time, so its ``e2e`` is set (the cast only says so)
+        "per_token_latency_s": stats([cast(float, r.e2e) / max(1, r.output_tokens) for r in done]),
         "goodput_rps": good / seconds if seconds > 0 else 0.0,
         "slo_attainment": good / len(records) if records else None,
         "throughput_output_tps": sum(r.output_tokens for r in done) / seconds if seconds > 0 else 0.0,
@@ -173,7 +176,7 @@ def summarize(records: Sequence[RequestRecord], slo: Slo,
 
 
 def windows(records: Sequence[RequestRecord], slo: Slo, window_s: float,
-            timeline: Timeline | None = None) -> list[dict]:
+            timeline: Timeline | None = None) -> list[dict[str, Any]]:
     """Per time window of width ``window_s``: the same metrics, by arrival time."""
     if not records or window_s <= 0:
         return []

@@ -54,7 +54,7 @@ def fmt(value: float | None, scale: float = 1.0, unit: str = "") -> str:
     return f"{text} {unit}".strip()
 
 
-def summary_cell(summary: dict, key: str | None, sub: str | None, scale: float, unit: str) -> str:
+def summary_cell(summary: dict[str, Any], key: str | None, sub: str | None, scale: float, unit: str) -> str:
     """One metric of a ``summarize`` result as a table cell."""
     if key is None:
         return f"{summary['rejected']} / {summary['aborted']}"
@@ -64,19 +64,19 @@ def summary_cell(summary: dict, key: str | None, sub: str | None, scale: float, 
     return fmt(value, scale, unit)
 
 
-def policies_label(meta: dict) -> str:
+def policies_label(meta: dict[str, Any]) -> str:
     """``+policy=lpm, +cache=lfu`` (config options as chosen), or '' for none."""
     return ", ".join(f"+{g}={spec['target'].split('.')[-2]}" for g, spec in meta["policies"].items())
 
 
-def run_title(meta: dict) -> str:
+def run_title(meta: dict[str, Any]) -> str:
     """What ran: ``trace on accelerator + model``, or ``trace live on <endpoint>``."""
     if meta.get("mode") == "live":
         return f"{meta['trace']} live on {meta['live']['endpoint']} ({meta['model']})"
     return f"{meta['trace']} on {meta['accelerator']} + {meta['model']}"
 
 
-def _how_it_ran(meta: dict, s: dict) -> str:
+def _how_it_ran(meta: dict[str, Any], s: dict[str, Any]) -> str:
     if meta.get("mode") == "live":
         live = meta["live"]
         how = (f"{s['requests']} requests over {s['span_s']:.0f} s measured live "
@@ -97,7 +97,7 @@ def _how_it_ran(meta: dict, s: dict) -> str:
     return how
 
 
-def summary_markdown(result: dict) -> str:
+def summary_markdown(result: dict[str, Any]) -> str:
     """``summary.md``: what ran, every headline metric, then each window."""
     meta, s = result["meta"], result["summary"]
     lines = [
@@ -146,7 +146,7 @@ def _opt(v: float | None) -> str:
     return "" if v is None else f"{v:.6f}"
 
 
-def plot_results(out_dir: Path, result: dict, records: Sequence[RequestRecord], timeline: Timeline) -> None:
+def plot_results(out_dir: Path, result: dict[str, Any], records: Sequence[RequestRecord], timeline: Timeline) -> None:
     """``ttft_cdf.png`` and ``windows.png``."""
     import matplotlib
 
@@ -191,7 +191,7 @@ def plot_results(out_dir: Path, result: dict, records: Sequence[RequestRecord], 
     plt.close(fig)
 
 
-def write_results(out_dir: Path, result: dict, records: Sequence[RequestRecord],
+def write_results(out_dir: Path, result: dict[str, Any], records: Sequence[RequestRecord],
                   timeline: Timeline, output: OutputConfig) -> None:
     """Write the results folder (see module docs)."""
     out_dir.mkdir(parents=True, exist_ok=True)

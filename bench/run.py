@@ -109,7 +109,7 @@ def run_bench(settings: BenchSettings, out_dir: Path | None = None,
     cluster = mode_meta.pop("cluster", None)
 
     slo = Slo(settings.metrics.ttft_slo_s, settings.metrics.tpot_slo_s)
-    result = {
+    result: dict[str, Any] = {
         "meta": {
             "mode": "live" if settings.is_live else "sim",
             "trace": trace.name, "trace_source": trace.source, "trace_notes": list(trace.notes),
