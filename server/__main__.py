@@ -56,6 +56,7 @@ def run(cfg: DictConfig) -> int:
         log.info("gateway only (workers discovered): %s", " ".join(cluster.gateway.argv[1:]))
         return supervise(plan, cluster)
     if plan.model_path is None:
+        assert plan.default_model is not None  # NOTE: resolve() sets it whenever model_path is None
         try:
             path = ensure_default_model(ModelSource(**plan.default_model))
         except ModelCacheError as exc:

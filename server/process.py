@@ -17,6 +17,8 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import Any
 
 log = logging.getLogger("switchboard")
 
@@ -93,7 +95,8 @@ class StopSignal:
         self.grace_s = grace_s
         self.on_stop = on_stop
         self.deadline: float | None = None
-        self._previous: dict[int, object] = {}
+        # What `signal.signal` returns and takes back: a handler, SIG_DFL/SIG_IGN, or None.
+        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
 
     def __enter__(self) -> StopSignal:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -102,7 +105,7 @@ class StopSignal:
 
     def __exit__(self, *_exc: object) -> None:
         for sig, handler in self._previous.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]
+            signal.signal(sig, handler)
 
     def _handle(self, signum: int, _frame: object) -> None:
         if self.deadline is None:

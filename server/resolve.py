@@ -7,7 +7,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -112,8 +112,9 @@ def resolve(cfg: DictConfig) -> LaunchPlan:
 
     sglang: dict[str, Any] = {}
     if device == "cpu":
-        sglang.update(OmegaConf.to_container(cfg.server.cpu_sglang, resolve=True))  # type: ignore[arg-type]
-    sglang.update(user_sglang)
+        # NOTE: OmegaConf types a container's keys as any DictKeyType; a config section's keys are str.
+        sglang.update(cast("dict[str, Any]", OmegaConf.to_container(cfg.server.cpu_sglang, resolve=True)))
+    sglang.update(cast("dict[str, Any]", user_sglang))
     model_path = cfg.model.path
     if model_path is not None:
         path = Path(model_path).expanduser()
@@ -130,7 +131,8 @@ def resolve(cfg: DictConfig) -> LaunchPlan:
         device=device,
         log_level=cfg.server.log_level,
     )
-    source = None if model_path else OmegaConf.to_container(cfg.model.source, resolve=True, enum_to_str=True)
+    source = None if model_path else cast(  # NOTE: str keys, as above
+        "dict[str, Any]", OmegaConf.to_container(cfg.model.source, resolve=True, enum_to_str=True))
     if source is not None and cfg.model.source.kind == SourceKind.random_sdar and cfg.model.dllm_algorithm is None:
         raise ConfigError("model.source.kind=random_sdar builds a diffusion LM: set model.dllm_algorithm "
                           "(e.g. LowConfidence)")
@@ -141,7 +143,7 @@ def resolve(cfg: DictConfig) -> LaunchPlan:
         policies=policies,
         cpu_threads=int(cfg.server.cpu_threads),
         shutdown_grace_s=float(cfg.server.shutdown_grace_s),
-        default_model=source,  # type: ignore[arg-type]
+        default_model=source,
         feedback_log=str(Path(cfg.server.feedback_log).expanduser().resolve()) if cfg.server.feedback_log else None,
         kinds=[k.to_json() for g in policies if not is_builtin(g) and (k := kind_of(g)) is not None],
     )
