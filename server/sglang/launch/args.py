@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-from typing import Any
+from typing import Any, NoReturn
 
 from compose.compat import ModelInHost, ModelKind, check_host_settings, check_model_fit
 from compose.config import ConfigError
@@ -23,7 +23,7 @@ from server.sglang.launch.binding import LaunchFields, chosen, server_binding
 
 
 class _RaisingParser(argparse.ArgumentParser):
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise ConfigError(message)
 
 
@@ -130,7 +130,7 @@ def validate(plan: LaunchPlan) -> list[str]:
     return to_argv(fields)
 
 
-def build_server_args(plan: LaunchPlan):  # -> (ServerArgs, argv)
+def build_server_args(plan: LaunchPlan) -> tuple[Any, list[str]]:  # (ServerArgs, argv); SGLang is untyped
     """Validated ``ServerArgs`` for ``plan``, built the way ``sglang serve`` builds them."""
     from sglang.srt.server_args import prepare_server_args
 

@@ -111,6 +111,7 @@ def problems(symbols: tuple[HookedSymbol, ...] | None = None) -> list[str]:
         if sym.params is None:
             continue
         try:
+            # NOTE: obj may be no callable; inspect then raises TypeError, caught below.
             actual = tuple(inspect.signature(obj).parameters)  # type: ignore[arg-type]
         except (TypeError, ValueError):
             found.append(f"{sym.path} is not a callable with a signature")

@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from compose.config import ConfigError
 from server.resolve import LaunchPlan
@@ -32,7 +33,7 @@ def _die_with_parent() -> None:
         pass
 
 
-def prepare(plan: LaunchPlan):
+def prepare(plan: LaunchPlan) -> Any:  # SGLang's ServerArgs (untyped)
     """Everything before serving: contract, ServerArgs, plugins, middleware."""
     from server.sglang.launch.contract import verify
 

@@ -48,6 +48,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import sys
+from collections.abc import Sequence
 from types import ModuleType
 from typing import Any, NoReturn
 
@@ -140,11 +141,13 @@ class _StubLoader(importlib.abc.Loader):
         def __getattr__(attr: str) -> NoReturn:
             raise AttributeError(_refusal(f"{name}.{attr}"), name=attr, obj=module)
 
+        # NOTE: a module-level __getattr__ (PEP 562); typeshed declares ModuleType's as a method.
         module.__getattr__ = __getattr__  # type: ignore[method-assign]
 
 
 class _StubFinder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname, path, target=None):  # type: ignore[no-untyped-def]
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if fullname.split(".")[0] not in STUBBED_TOP_LEVEL:
             return None
         if fullname not in STUBBED_TOP_LEVEL and fullname not in PROVIDED:

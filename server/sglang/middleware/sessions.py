@@ -18,7 +18,10 @@ from typing import Any
 SESSION_HEADER = b"x-session-id"
 GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions", "/generate")
 
+Scope = dict[str, Any]
 Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
 
 
 def session_id_for(body: dict[str, Any], header: str | None) -> str | None:
@@ -35,7 +38,7 @@ class SessionIdMiddleware:
     def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
         self.app = app
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") not in GENERATION_PATHS:
             await self.app(scope, receive, send)
             return
@@ -64,7 +67,7 @@ class SessionIdMiddleware:
         await self.app(scope, _replay([{"type": "http.request", "body": raw, "more_body": False}], receive), send)
 
 
-def _replay(messages: list[Message], receive: Callable) -> Callable:
+def _replay(messages: list[Message], receive: Receive) -> Receive:
     """A ``receive`` that first returns ``messages``, then the real ones (disconnects)."""
     pending = list(messages)
 
