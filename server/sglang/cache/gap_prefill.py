@@ -96,8 +96,10 @@ class GapRecomputeCounter:
         if prefill and batch.extend_num_tokens:
             self.observe(batch)
 
-    def adder_class(self, base: type[PrefillAdder]) -> type[PrefillAdder]:
+    def adder_class(self, base: type) -> type:
         """``WrapsPrefillAdder``: gap chunks and host-tier restores in the prefill walk."""
+        # NOTE: `type`, as WrapsPrefillAdder has it: mypy does not take `type[PrefillAdder]`
+        # (SGLang's class is Any here) for the Hashable argument of a functools.cache function.
         return gap_prefill_adder(base)
 
     def chunk_limit(self, tree_cache: Any, chunked_req: Any) -> int | None:
@@ -127,7 +129,7 @@ def gap_end(tree_cache: Any, req: Any, start: int) -> int | None:
 
 def gap_chunk_limit(tree_cache: Any, chunked_req: Any) -> int | None:
     """Chunk limit for a continuing request that stands at a gap (else ``None``)."""
-    start = chunked_req.prefix_len
+    start: int = chunked_req.prefix_len
     end = gap_end(tree_cache, chunked_req, start)
     if end is None:
         return None
@@ -137,7 +139,7 @@ def gap_chunk_limit(tree_cache: Any, chunked_req: Any) -> int | None:
 
 @functools.cache
 def gap_prefill_adder(base: type[PrefillAdder]) -> type[PrefillAdder]:
-    class GapPrefillAdder(base):  # type: ignore[valid-type, misc]
+    class GapPrefillAdder(base):
         """Restores a host-held gap, or admits a request that stands at a gap
         as a chunk ending at the gap's end."""
 
