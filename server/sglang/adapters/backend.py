@@ -8,6 +8,7 @@ batch's segments and their buffer slots are SGLang's own (``batch_info``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -29,8 +30,9 @@ class ScuteLoRABackend(TorchNativeLoRABackend):
         self.store: ScuteStore | None = None
         """Set once the wrapped layers' pools exist (``hooks.after_modules``)."""
 
-    def forward_with_base(self, layer, x, base_fn, lora_a, lora_b, output_offset, offsets, *,  # type: ignore[override]
-                          all_reduce=None, kind="linear", pruned_batch_info=None):
+    def forward_with_base(self, layer: Any, x: torch.Tensor, base_fn: Callable[[], torch.Tensor], lora_a: Any,
+                          lora_b: Any, output_offset: Any, offsets: Any, *, all_reduce: Any = None,
+                          kind: str = "linear", pruned_batch_info: Any = None) -> torch.Tensor:
         pool = self.store.pools.get(id(layer)) if self.store is not None else None
         if pool is None or all_reduce is not None or pruned_batch_info is not None:
             # NOTE: startup refuses TP > 1 (all_reduce); a layer without a pool

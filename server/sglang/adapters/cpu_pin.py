@@ -45,8 +45,9 @@ def allow_unpinned() -> bool:
     if torch.cuda.is_available():
         return False
     # NOTE: identity without CUDA, where the real call always raises.
-    torch.Tensor.pin_memory = lambda self, *a, **k: self  # type: ignore[method-assign]
+    torch.Tensor.pin_memory = lambda self, *a, **k: self
     shim = _UnpinnedTorch()
     for name in MODULES:
+        # NOTE: replaces the module's own global `torch`, which ModuleType does not declare.
         importlib.import_module(name).torch = shim  # type: ignore[attr-defined]
     return True

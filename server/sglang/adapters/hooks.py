@@ -13,11 +13,14 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compose.schema import AdaptersHostConfig
 from kernels.scute.peft import UnsupportedAdapter
 from policies.adapters import AdaptersPolicy
+
+if TYPE_CHECKING:
+    from server.sglang.adapters.store import ScuteStore
 
 log = logging.getLogger("switchboard.adapters")
 
@@ -85,9 +88,9 @@ def install(policy: AdaptersPolicy, host: AdaptersHostConfig) -> None:
     HookRegistry.register(f"{POOL}._clear_buffer_slot_for_base", after_buffer_clear, HookType.AFTER)
 
 
-def store_of(owner: Any):  # -> ScuteStore
+def store_of(owner: Any) -> ScuteStore:
     """The store on the base model (or a LoRA memory pool) ``owner``."""
-    store = getattr(owner, SCUTE_STORE, None)
+    store: ScuteStore | None = getattr(owner, SCUTE_STORE, None)
     if store is None:
         raise RuntimeError(f"Scute: {type(owner).__name__} has no store (the manager hook did not run)")
     return store
