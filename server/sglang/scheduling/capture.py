@@ -81,7 +81,8 @@ class HiddenStateCapture:
         self._rows: torch.Tensor | None = None
         self._handle = layers[layer].register_forward_pre_hook(self._pre_hook, with_kwargs=True)
 
-    def _pre_hook(self, module: Any, args: tuple, kwargs: dict) -> tuple | None:
+    def _pre_hook(self, module: Any, args: tuple[Any, ...],
+                  kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
         forward_batch = args[2] if len(args) > 2 else kwargs.get("forward_batch")
         if forward_batch is None or not forward_batch.forward_mode.is_extend() \
                 or kwargs.get("capture_output") is not None:
@@ -93,7 +94,7 @@ class HiddenStateCapture:
 
         return args, {**kwargs, "capture_output": capture}
 
-    def attach(self, reqs: list) -> None:
+    def attach(self, reqs: list[Any]) -> None:
         """Give each request of the last extend batch its row (a later chunk overwrites)."""
         rows, self._rows = self._rows, None
         if rows is None or rows.shape[0] != len(reqs):
@@ -117,7 +118,7 @@ class DenoiseHiddenCapture:
         self._means: torch.Tensor | None = None
         self._handle = model.get_submodule("logits_processor").register_forward_pre_hook(self._pre_hook)
 
-    def _pre_hook(self, module: Any, args: tuple) -> None:
+    def _pre_hook(self, module: Any, args: tuple[Any, ...]) -> None:
         hidden, forward_batch = args[1], args[3]
         lens = forward_batch.extend_seq_lens
         if lens is None or int(lens.sum()) != hidden.shape[0]:
@@ -128,7 +129,7 @@ class DenoiseHiddenCapture:
         sums.index_add_(0, seq, hidden.float())
         self._means = sums / lens.to(hidden.device).unsqueeze(1).clamp(min=1)
 
-    def attach(self, reqs: list) -> None:
+    def attach(self, reqs: list[Any]) -> None:
         """Give each request that just ran its first denoising block its mean row."""
         means, self._means = self._means, None
         if means is None or means.shape[0] != len(reqs):
@@ -150,7 +151,7 @@ class DenoiseHiddenCapture:
 def features_of(req: Any) -> tuple[float, ...] | None:
     """The captured features of ``req`` as plain floats (syncs the device once)."""
     state = state_of(req)
-    row = state.features
+    row: tuple[float, ...] | torch.Tensor | None = state.features
     if row is None:
         return None
     if isinstance(row, torch.Tensor):

@@ -67,6 +67,7 @@ class FinishReporter:
         for policy in self.observers:
             if isinstance(policy, PredictsOutputLength) and view.features is not None:
                 record["predicted_output_tokens"] = policy.predict_output_tokens(view.features)
+        assert self.log is not None  # NOTE: report() writes only with a log
         self.log.write(json.dumps(record) + "\n")
 
     def report_finished(self, reqs: Sequence[Any]) -> None:
@@ -78,8 +79,8 @@ class FinishReporter:
 def streamer_class(base: type, reporter: FinishReporter) -> type:
     """SGLang's output streamer, also reporting the requests that finish."""
 
-    class ReportingOutputStreamer(base):  # type: ignore[valid-type, misc]
-        def stream_output(self, reqs: list, return_logprob: bool, skip_req: Any = None) -> None:
+    class ReportingOutputStreamer(base):
+        def stream_output(self, reqs: list[Any], return_logprob: bool, skip_req: Any = None) -> None:
             super().stream_output(reqs, return_logprob, skip_req)
             reporter.report_finished([r for r in reqs if r is not skip_req])
 

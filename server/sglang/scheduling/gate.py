@@ -82,7 +82,7 @@ class AdmissionGate:
         """``GatesArrival``: whether ``req`` waits deferred."""
         return is_deferred(req)
 
-    def revisit(self, waiting_queue: list) -> None:
+    def revisit(self, waiting_queue: list[Any]) -> None:
         """Offer each deferred request to the policy again, oldest first."""
         if not self.policy.needs.defers:
             return
@@ -95,8 +95,10 @@ class AdmissionGate:
                 self.reject(req, decision)
                 self.scheduler._release_aborted_request(req)
 
-    def adder_class(self, base: type[PrefillAdder]) -> type[PrefillAdder]:
+    def adder_class(self, base: type) -> type:
         """The prefill walk stops at deferred requests (``WrapsPrefillAdder``)."""
+        # NOTE: `type`, as WrapsPrefillAdder has it: mypy does not take `type[PrefillAdder]`
+        # (SGLang's class is Any here) for the Hashable argument of a functools.cache function.
         return gated_adder(base)
 
     def reject(self, req: Any, decision: AdmissionDecision) -> None:
@@ -111,10 +113,10 @@ class AdmissionGate:
 
 @functools.cache
 def gated_adder(base: type[PrefillAdder]) -> type[PrefillAdder]:
-    class GatedPrefillAdder(base):  # type: ignore[valid-type, misc]
+    class GatedPrefillAdder(base):
         """Stops the prefill walk at the first deferred request (they sort last)."""
 
-        def add_one_req(self, req: Any, has_chunked_req: bool, truncation_align_size: Any):
+        def add_one_req(self, req: Any, has_chunked_req: bool, truncation_align_size: Any) -> Any:
             if is_deferred(req):
                 return AddReqResult.OTHER
             return super().add_one_req(req, has_chunked_req, truncation_align_size)

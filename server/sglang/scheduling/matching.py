@@ -92,7 +92,8 @@ def chained_hashes(token_ids: Any, block: int, seed: int) -> list[int]:
         per_block = (per_block ^ (per_block >> np.uint64(29))) * np.uint64(0xBF58476D1CE4E5B9)
         chained = np.cumsum(per_block, dtype=np.uint64)
         chained = (chained ^ (chained >> np.uint64(32))) * np.uint64(0x94D049BB133111EB)
-    return chained.tolist()
+    hashes: list[int] = chained.tolist()
+    return hashes
 
 
 @dataclass
@@ -186,8 +187,7 @@ class MatchTracker:
 
     def _unindex(self, rid: str, entry: _Entry) -> None:
         h = entry.indexed
-        rids = self._index.get(h) if h is not None else None
-        if rids is not None:
+        if h is not None and (rids := self._index.get(h)) is not None:
             rids.discard(rid)
             if not rids:
                 del self._index[h]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from sglang.srt.managers.schedule_policy import SchedulePolicy
@@ -68,16 +68,16 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
             self.tracker = MatchTracker(tree_cache)
             self.tracker.watch_tree()
 
-    def _determine_active_policy(self, waiting_queue: list) -> Any:
+    def _determine_active_policy(self, waiting_queue: list[Any]) -> Any:
         if self.order_policy is not None:
             # NOTE: no silent FCFS fallback for long queues (SGLang's > 128 rule):
             # the chosen policy decides for every queue length.
             return self.policy
         return super()._determine_active_policy(waiting_queue)
 
-    def shortest_prefill_chunk_limit(self, chunked_req: Any, waiting_queue: list, budget: int,
+    def shortest_prefill_chunk_limit(self, chunked_req: Any, waiting_queue: list[Any], budget: int,
                                      page_size: int) -> int | None:
-        limit = super().shortest_prefill_chunk_limit(chunked_req, waiting_queue, budget, page_size)
+        limit: int | None = super().shortest_prefill_chunk_limit(chunked_req, waiting_queue, budget, page_size)
         for seam in self.chunk_limits:  # NOTE: every seam's bound holds: the smallest wins
             bound = seam.chunk_limit(self.tree_cache, chunked_req)
             if bound is not None:
@@ -90,7 +90,7 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
         if self.tracker is not None:
             self.tracker.forget(req.rid)
 
-    def calc_priority(self, waiting_queue: list, running_batch: Any = None,
+    def calc_priority(self, waiting_queue: list[Any], running_batch: Any = None,
                       processed_tokens: int = 0) -> None:
         if self.gate is not None:
             self.gate.revisit(waiting_queue)
@@ -103,7 +103,7 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
             waiting_queue.sort(key=self.gate.holds)  # stable: deferred go last
             self.store.remember(None)  # NOTE: the rows no longer follow the queue
 
-    def _apply_order(self, waiting_queue: list, running_batch: Any, clock: int) -> None:
+    def _apply_order(self, waiting_queue: list[Any], running_batch: Any, clock: int) -> None:
         sync = self.store.sync(waiting_queue)
         if self.tracker is not None:
             for req in sync.departed:
@@ -132,21 +132,22 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
         waiting_queue[:] = [waiting_queue[i] for i in positions.tolist()]  # NOTE: in place: the scheduler holds it
         self.store.remember(waiting_queue, sync.rows[positions])
 
-    def _decide(self, waiting_queue: list, rows: np.ndarray, clock: int,
+    def _decide(self, waiting_queue: list[Any], rows: np.ndarray, clock: int,
                 num_running: int, bounds: tuple[int | None, float]) -> np.ndarray:
         """Queue positions, best first, from the policy."""
+        # NOTE: only called with an order policy (``_apply_order``); ``_columnar``: it ranks columns.
         now = time.perf_counter()
         admit_limit, budget = bounds
         if self._columnar:
             columns = self.store.columns(rows, now=now, processed_tokens=clock, num_running=num_running,
                                          admit_limit=admit_limit, prefill_budget_tokens=budget)
-            positions = np.asarray(self.order_policy.rank(columns))
+            positions = np.asarray(cast(RanksColumns, self.order_policy).rank(columns))
             check_ranking(len(waiting_queue), positions)
             return positions
         queue = QueueView(requests=self.store.views(waiting_queue, rows), now=now,
                           processed_tokens=clock, num_running=num_running,
                           admit_limit=admit_limit, prefill_budget_tokens=budget)
-        decision = self.order_policy.order(queue)  # type: ignore[union-attr]
+        decision = cast(SchedulingPolicy, self.order_policy).order(queue)
         check_permutation(queue, decision)
         position = {r.rid: i for i, r in enumerate(waiting_queue)}
         return np.fromiter((position[rid] for rid in decision.order), np.int64, len(waiting_queue))

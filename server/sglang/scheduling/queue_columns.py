@@ -19,7 +19,7 @@ gets a fresh row read from its new state (``SwitchboardScheduler`` does this in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -34,9 +34,9 @@ class SyncResult:
 
     rows: np.ndarray
     """Row of each queue position (int64)."""
-    arrived: list
+    arrived: list[Any]
     """``Req`` objects seen for the first time (queue order)."""
-    departed: list
+    departed: list[Any]
     """``Req`` objects that left since the last pass."""
 
 
@@ -54,7 +54,7 @@ class QueueColumnStore:
         self._features: dict[int, np.ndarray] = {}
         self._row_of: dict[int, int] = {}
         self._free: list[int] = []
-        self._last: tuple[list, np.ndarray] | None = None
+        self._last: tuple[list[Any], np.ndarray] | None = None
         self._grow(capacity)
 
     def __len__(self) -> int:
@@ -72,7 +72,7 @@ class QueueColumnStore:
         self._free.extend(range(capacity - 1, old - 1, -1))
         self._cap = capacity
 
-    def sync(self, waiting_queue: list) -> SyncResult:
+    def sync(self, waiting_queue: list[Any]) -> SyncResult:
         """Rows of the queue's requests; adds rows for new ones, frees departed ones."""
         fast = self._sync_from_last(waiting_queue)
         if fast is not None:
@@ -87,11 +87,12 @@ class QueueColumnStore:
             self._release(row)
         return SyncResult(rows, arrived, departed)
 
-    def remember(self, waiting_queue: list | None, rows: np.ndarray | None = None) -> None:
+    def remember(self, waiting_queue: list[Any] | None, rows: np.ndarray | None = None) -> None:
         """The queue as the caller leaves it this pass (``None``: unknown)."""
-        self._last = None if waiting_queue is None else (list(waiting_queue), rows)
+        # NOTE: a queue always comes with its rows (the callers); only ``None`` comes without.
+        self._last = None if waiting_queue is None else (list(waiting_queue), cast(np.ndarray, rows))
 
-    def _sync_from_last(self, waiting_queue: list) -> SyncResult | None:
+    def _sync_from_last(self, waiting_queue: list[Any]) -> SyncResult | None:
         """The common case in O(changes): the queue is the one ``remember``-ed,
         minus a run of its head (admitted), plus arrivals at the end.
 
@@ -120,8 +121,8 @@ class QueueColumnStore:
         rows = np.concatenate((last_rows[m:], np.array(tail_rows, dtype=np.int64)))
         return SyncResult(rows, arrived, departed)
 
-    def _lookup(self, reqs: list) -> tuple[list[int], list]:
-        rows_list = list(map(self._row_of.get, map(id, reqs)))
+    def _lookup(self, reqs: list[Any]) -> tuple[list[int], list[Any]]:
+        rows_list: list[int | None] = list(map(self._row_of.get, map(id, reqs)))
         arrived = []
         if None in rows_list:
             for pos, row in enumerate(rows_list):
@@ -129,7 +130,7 @@ class QueueColumnStore:
                     req = reqs[pos]
                     rows_list[pos] = self._add(req)
                     arrived.append(req)
-        return rows_list, arrived
+        return cast("list[int]", rows_list), arrived  # NOTE: every None was replaced above
 
     def forget(self, req: Any) -> None:
         """Drop ``req``'s row (it re-enters the queue: its state may have changed)."""
@@ -159,7 +160,7 @@ class QueueColumnStore:
                             processed_tokens=processed_tokens, num_running=num_running,
                             admit_limit=admit_limit, prefill_budget_tokens=prefill_budget_tokens, **cols)
 
-    def views(self, waiting_queue: list, rows: np.ndarray) -> tuple[RequestView, ...]:
+    def views(self, waiting_queue: list[Any], rows: np.ndarray) -> tuple[RequestView, ...]:
         """``RequestView``s of the queue, rebuilt only where the hit changed."""
         cached_col = self._int["num_cached_tokens"]
         out = []

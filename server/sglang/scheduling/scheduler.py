@@ -130,12 +130,12 @@ def admit_on_arrival(scheduler: Any, req: Any) -> bool:
 def scheduler_class(parts: SchedulerParts, feedback_log: str | None = None) -> type:
     """A subclass of SGLang's ``Scheduler`` dispatching its events to ``parts``'
     seams; each override calls SGLang's own method and forwards one event."""
-    base = sglang_scheduler.Scheduler
+    base: type = sglang_scheduler.Scheduler
     # NOTE: one scheduler per process, so one reporter per process.
     reporter = FinishReporter(parts.policies, feedback_log)
     session_policies = [p for p in parts.policies if isinstance(p, EndsSessions)]
 
-    class SwitchboardScheduler(base):  # type: ignore[valid-type, misc]
+    class SwitchboardScheduler(base):
         """SGLang's scheduler, dispatching its events to Switchboard's seams."""
 
         def get_output_streamer_class(self) -> type:
@@ -215,8 +215,8 @@ def scheduler_class(parts: SchedulerParts, feedback_log: str | None = None) -> t
                 if not admit_on_arrival(self, req):
                     self._release_aborted_request(req)
                     return
-                for seam in state.on_admitted:
-                    seam.on_admitted(req)  # NOTE: before the request is first ranked
+                for admitted in state.on_admitted:
+                    admitted.on_admitted(req)  # NOTE: before the request is first ranked
             super()._add_request_to_queue(req, is_retracted)
 
     return SwitchboardScheduler
