@@ -158,6 +158,6 @@ def is_builtin(group: str) -> bool:
 
 def unregister_kind(group: str) -> None:
     """Remove a kind added with ``register_kind`` (Switchboard's own stay)."""
-    if any(k.group == group for k in KINDS):
+    if is_builtin(group):
         raise ValueError(f"'{group}' is one of Switchboard's own kinds")
     KIND_BY_GROUP.pop(group, None)

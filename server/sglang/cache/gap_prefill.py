@@ -42,7 +42,7 @@ from typing import Any, Protocol, runtime_checkable
 from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder
 
 from server.sglang.cache.metrics import prometheus_counter
-from server.sglang.scheduling.state import kind_record, put_kind_record
+from server.sglang.scheduling.state import kind_record, own_kind_record
 
 log = logging.getLogger("switchboard.gap_prefill")
 
@@ -72,14 +72,6 @@ def gap_chunk_of(req: Any) -> tuple[int, int] | None:
     """The gap chunk chosen for ``req`` this pass, if any."""
     mark = kind_record(req, GapMark)
     return None if mark is None else mark.chunk
-
-
-def _mark(req: Any, chunk: tuple[int, int] | None) -> None:
-    mark = kind_record(req, GapMark)
-    if mark is None:
-        put_kind_record(req, GapMark(chunk))
-    else:
-        mark.chunk = chunk
 
 
 class GapRecomputeCounter:
@@ -112,7 +104,7 @@ class GapRecomputeCounter:
             mark = gap_chunk_of(req)
             if mark is None or mark != (req.prefix_len, req.extend_end):
                 continue
-            _mark(req, None)
+            own_kind_record(req, GapMark).chunk = None
             n = mark[1] - mark[0]
             self.tokens += n
             self.chunks += 1
@@ -133,7 +125,7 @@ def gap_chunk_limit(tree_cache: Any, chunked_req: Any) -> int | None:
     end = gap_end(tree_cache, chunked_req, start)
     if end is None:
         return None
-    _mark(chunked_req, (start, end))
+    own_kind_record(chunked_req, GapMark).chunk = (start, end)
     return end - start
 
 
@@ -152,7 +144,7 @@ def gap_prefill_adder(base: type[PrefillAdder]) -> type[PrefillAdder]:
             end = gap_end(self.tree_cache, req, start)
             if end is None or end >= start + admission.extend_len:
                 return admission
-            _mark(req, (start, end))
+            own_kind_record(req, GapMark).chunk = (start, end)
             return type(admission)(start, end - start, 0, True, admission.replay_len)
 
         def add_one_req(self, req: Any, has_chunked_req: bool, truncation_align_size: Any) -> Any:

@@ -20,7 +20,7 @@ from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder
 
 from policies.admission import AdmissionAction, AdmissionDecision, AdmissionPolicy, AdmissionView, check_decision
 from server.sglang.middleware.retry_after import rejection_message
-from server.sglang.scheduling.state import kind_record, put_kind_record
+from server.sglang.scheduling.state import kind_record, own_kind_record
 from server.sglang.scheduling.views import request_view
 
 
@@ -36,14 +36,6 @@ def is_deferred(req: Any) -> bool:
     """Whether admission defers ``req`` (its ``Deferral``)."""
     record = kind_record(req, Deferral)
     return record is not None and record.deferred
-
-
-def _defer(req: Any, deferred: bool) -> None:
-    record = kind_record(req, Deferral)
-    if record is None:
-        put_kind_record(req, Deferral(deferred))
-    else:
-        record.deferred = deferred
 
 
 class AdmissionGate:
@@ -75,7 +67,7 @@ class AdmissionGate:
         if decision.action is AdmissionAction.REJECT:
             self.reject(req, decision)
             return False
-        _defer(req, decision.action is AdmissionAction.DEFER)
+        own_kind_record(req, Deferral).deferred = decision.action is AdmissionAction.DEFER
         return True
 
     def holds(self, req: Any) -> bool:
@@ -89,7 +81,7 @@ class AdmissionGate:
         for req in [r for r in waiting_queue if is_deferred(r)]:
             decision = self.policy.decide(self.view(req))
             if decision.action is AdmissionAction.ADMIT:
-                _defer(req, False)
+                own_kind_record(req, Deferral).deferred = False
             elif decision.action is AdmissionAction.REJECT:
                 waiting_queue.remove(req)
                 self.reject(req, decision)

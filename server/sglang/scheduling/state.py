@@ -80,6 +80,15 @@ def kind_record(req: Any, cls: type[R]) -> R | None:
     return found if isinstance(found, cls) else None
 
 
+def own_kind_record(req: Any, cls: type[R]) -> R:
+    """``req``'s record of type ``cls``, a default ``cls()`` put first if it has none."""
+    record = kind_record(req, cls)
+    if record is None:
+        record = cls()
+        put_kind_record(req, record)
+    return record
+
+
 def put_kind_record(req: Any, record: object) -> None:
     """Keep ``record`` as ``req``'s record of its type (replacing an earlier one)."""
     state_of(req).kinds[type(record)] = record
