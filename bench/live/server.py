@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -18,11 +19,42 @@ REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 900
 
 
-def free_port() -> int:
+#: Consecutive ports a started server may use: its own, then a unit's workers.
+PORT_SPAN = 8
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port(span: int = 1) -> int:
+    """A port ``p`` where ``p .. p+span-1`` are all free now.
+
+    NOTE: drawn below the kernel's ephemeral range, so no other process's
+    ``bind(0)``/``connect`` is handed one of them between this check and the
+    caller's own bind (a unit's workers bind ``port+1..``: a port the kernel
+    picked leaves those to chance, which is how a supervisor test once lost
+    its worker port to a neighbouring live server).
+    """
+    low = _ephemeral_low()
+    draw = random.SystemRandom()
+    for _ in range(200):
+        first = draw.randrange(10_000, max(10_001, low - span))
+        if all(_bindable(p) for p in range(first, first + span)):
+            return first
+    raise RuntimeError(f"no {span} consecutive free ports below {low}")
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]  # (host, port) for an AF_INET socket
-        return port
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 class ServerStartError(RuntimeError):
@@ -33,7 +65,7 @@ class ServerProcess:
     """``python -m server <overrides>`` on a free port, with its log in ``log_path``."""
 
     def __init__(self, overrides: list[str], log_path: Path) -> None:
-        self.port = free_port()
+        self.port = free_port(PORT_SPAN)
         self.overrides = [f"server.port={self.port}", *overrides]
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None

@@ -59,7 +59,7 @@ class Unit:
     def __init__(self, tmp_path: Path, restarts: int, grace: float = 5.0) -> None:
         (tmp_path / "fake.py").write_text(FAKE)
         (tmp_path / "driver.py").write_text(DRIVER)
-        self.port = free_port()
+        self.port = free_port(span=3)  # the gateway, then two workers
         self.log = tmp_path / "unit.log"
         self.proc = subprocess.Popen(
             [sys.executable, str(tmp_path / "driver.py"), str(tmp_path / "fake.py"), str(self.port),
