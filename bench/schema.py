@@ -238,6 +238,41 @@ class DllmRoundCost(enum.Enum):
     """Assumed GPU: ``accelerator`` x ``model_profile``'s roofline over the round's blocks."""
 
 
+class SpecAcceptance(enum.Enum):
+    """Stated acceptance processes of speculative decoding (``bench/sim/speculative.py``).
+
+    Each request draws its per-position acceptance ``p`` once (a Beta around
+    the profile's mean); each step, the drafts it would accept are a
+    geometric run (position ``i`` accepted with ``p`` given ``1..i-1`` were)."""
+
+    ngram_cpu_chat = "ngram_cpu_chat"
+    """SGLang's NGRAM on chat prompts, measured live on the CPU server
+    (accept length 1.10-1.39: ``p`` about 0.2)."""
+    ngram_repetitive = "ngram_repetitive"
+    """NGRAM on repetitive text (a counting prompt measured 1.94: ``p`` about 0.5)."""
+    eagle_chat = "eagle_chat"
+    """An EAGLE-3-class draft model on chat (published accept lengths 3-4 at
+    6-8 drafts: ``p`` about 0.75)."""
+    agentic_ngram = "agentic_ngram"
+    """Suffix/n-gram drafting on agentic code editing (SuffixDecoding's
+    reported rates: ``p`` about 0.85)."""
+
+
+@dataclass
+class SpecSimConfig:
+    """Speculative decoding in the simulator, with ``+speculative=<option>``."""
+
+    acceptance: SpecAcceptance = SpecAcceptance.ngram_cpu_chat
+    """The acceptance process of the traffic (see ``SpecAcceptance``)."""
+    acceptance_seed: int = 0
+    """Seed of the per-request acceptance draws."""
+    draft_s_per_step: float = 0.0
+    """Drafting seconds per drafted position for the whole batch (a draft
+    model's forward; 0 for NGRAM, which looks up its tables on the CPU)."""
+    draft_s_per_token: float = 0.0
+    """Drafting seconds per drafted token of each request (NGRAM's lookup)."""
+
+
 @dataclass
 class DllmSimConfig:
     """Simulate a diffusion LM's block rounds instead of an autoregressive model
@@ -351,6 +386,8 @@ class SimConfig:
     """Seed of the gateway's random draws (ties, misses, ``random``)."""
     dllm: DllmSimConfig = field(default_factory=DllmSimConfig)
     """A diffusion LM's block rounds instead (``sim.dllm.enabled=true``)."""
+    spec: SpecSimConfig = field(default_factory=SpecSimConfig)
+    """Speculative decoding's acceptance and drafting cost (with ``+speculative``)."""
 
 
 class LiveApi(enum.Enum):

@@ -96,7 +96,12 @@ def _token_times(r: SimRequest, step_end_times: np.ndarray) -> np.ndarray:
     for t, start, end in r.segments:
         parts.append(np.array([t]))
         parts.append(step_end_times[start:end])
-    return np.concatenate(parts) if parts else np.empty(0)
+    for step, tokens in r.extra_tokens:  # accepted drafts come out with their step's token
+        parts.append(np.full(tokens, step_end_times[step]))
+    if not parts:
+        return np.empty(0)
+    times = np.concatenate(parts)
+    return np.sort(times, kind="stable") if r.extra_tokens else times
 
 
 def records_of(sim: Simulator, with_token_times: bool = True) -> list[RequestRecord]:

@@ -52,7 +52,16 @@ from collections.abc import Callable, Sequence
 from bench.sim.arrivals import Arrivals, ArrivalSource
 from bench.sim.cache import PrefixCache
 from bench.sim.cost import IterationCost
-from bench.sim.events import CountsWork, FiltersWalk, GatesArrival, OnBatchFormed, TagsArrival, having, one
+from bench.sim.events import (
+    CountsWork,
+    DraftsDecode,
+    FiltersWalk,
+    GatesArrival,
+    OnBatchFormed,
+    TagsArrival,
+    having,
+    one,
+)
 from bench.sim.prefill import AddResult, PrefillAdder
 from bench.sim.queue import WaitingQueue
 from bench.sim.request import FINAL, Phase, SimRequest
@@ -83,6 +92,7 @@ class Simulator:
         self.gate: GatesArrival | None = one(self.seams, GatesArrival, "arrival gate")
         self.walk_filters: list[FiltersWalk] = having(self.seams, FiltersWalk)
         self.on_batch: list[OnBatchFormed] = having(self.seams, OnBatchFormed)
+        self.drafter: DraftsDecode | None = one(self.seams, DraftsDecode, "decode step")
         self._walk_skipped = False
         """The last prefill walk skipped a request on a walk filter's word."""
         self.running = RunningBatch()
@@ -399,8 +409,29 @@ class Simulator:
             batch = list(self.running)
             for seam in self.on_batch:
                 self.now += seam.batch_formed(batch, False)
+        if self.drafter is not None:
+            self._run_speculative_decode(self.drafter, n)
+            return
         self.private_tokens += n
         self.now += self.cost.decode_time(n, self.running.context_tokens())
+        for r in self.running.advance(self.now):
+            self._finish(r)
+
+    def _run_speculative_decode(self, drafter: DraftsDecode, n: int) -> None:
+        """A decode step that verifies drafts: each request gains 1 + its accepted drafts.
+
+        NOTE: the drafts' KV slots are needed for the verify (``n * (draft + 1)``);
+        if they do not fit the step drafts nothing. Rejected drafts' slots are
+        freed after the verify, so ``private_tokens`` grows by the tokens kept."""
+        batch = list(self.running)
+        draft, draft_s = drafter.plan_step(batch)
+        if draft and not self._ensure_free(n * (draft + 1)):
+            draft, draft_s = 0, 0.0
+        step_s = self.cost.verify_time(n, draft, self.running.context_tokens()) + draft_s
+        self.now += step_s
+        accepted = drafter.step_verified(batch, draft, step_s)
+        gains = self.running.accept(batch, accepted)
+        self.private_tokens += n + gains
         for r in self.running.advance(self.now):
             self._finish(r)
 

@@ -15,6 +15,7 @@ arrival        ``Simulator._arrive`` (5), first       ``TagsArrival``, then
 queue order    ``WaitingQueue.sort`` (6)             ``SimParts.order``
 prefill walk   ``Simulator._prefill_pass`` (7)        ``FiltersWalk``
 batch          before each forward (9)                ``OnBatchFormed``
+decode step    ``Simulator._run_decode`` (10)         ``DraftsDecode`` (one)
 finished       ``Simulator._final``                   ``SimParts.observers``
                                                       (``ObservesFinished``)
 counters       the run's meta                         ``CountsWork``
@@ -83,6 +84,21 @@ class OnBatchFormed(Protocol):
     def batch_formed(self, requests: Sequence[SimRequest], prefill: bool) -> float:
         """``requests`` are about to run (``prefill``: an extend batch); seconds the
         host spends before the forward on their behalf (0: none)."""
+        ...
+
+
+@runtime_checkable
+class DraftsDecode(Protocol):
+    """Speculates in each decode step (at most one per simulator)."""
+
+    def plan_step(self, batch: Sequence[SimRequest]) -> tuple[int, float]:
+        """``(draft length, drafting seconds)`` of the decode step ``batch`` is about
+        to run (the verify's own time is the cost model's ``verify_time``)."""
+        ...
+
+    def step_verified(self, batch: Sequence[SimRequest], draft: int, step_s: float) -> list[int]:
+        """The verify of length ``draft`` took ``step_s`` (drafting included): the
+        drafts each request of ``batch`` accepted (the bonus token excluded)."""
         ...
 
 

@@ -51,7 +51,7 @@ class SimRequest:
         "match_node", "match_tokens", "dirty", "lock_node", "inserted_blocks", "computed",
         "private_tokens", "decode_from", "first_token_s", "finish_s", "cached_first",
         "prefill_tokens", "retractions", "segments", "view", "dup", "path", "waiter_node",
-        "reject_reason", "features", "row", "adapter",
+        "reject_reason", "features", "row", "adapter", "extra_tokens",
     )
 
     def __init__(self, trace: TraceRequest, arrival_s: float) -> None:
@@ -92,6 +92,8 @@ class SimRequest:
         self.retractions = 0
         self.segments: list[tuple[float, int, int]] = []
         """Per prefill: (time its token came out, first decode step, end step)."""
+        self.extra_tokens: list[tuple[int, int]] = []
+        """``(decode step, tokens)``: accepted drafts, beyond the step's one token."""
         self.view: RequestView | None = None
         self.dup = False
         self.path: tuple[int, ...] = ()

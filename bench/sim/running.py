@@ -67,6 +67,25 @@ class RunningBatch:
         """Tokens of KV the next decode step attends over."""
         return self._ctx_base + len(self.reqs) * self.step
 
+    def accept(self, batch: list[SimRequest], accepted: list[int]) -> int:
+        """This step's verify kept ``accepted[i]`` drafts of ``batch[i]`` beyond its
+        one token (capped at what the request still has to generate); return the
+        tokens gained. NOTE: a request that gained tokens gets a new, earlier
+        finish entry; the old one is skipped when it pops (no longer running)."""
+        gained = 0
+        for r, a in zip(batch, accepted, strict=True):
+            self.sync(r)
+            g = min(a, r.output_len - r.num_output - 1)
+            if g <= 0:
+                continue
+            r.num_output += g
+            r.private_tokens += g
+            r.extra_tokens.append((self.step, g))
+            self._ctx_base += g
+            gained += g
+            heapq.heappush(self._finish, (self.step + r.output_len - r.num_output, r.seq, r.retractions, r))
+        return gained
+
     def advance(self, end_time: float) -> list[SimRequest]:
         """One decode step ended at ``end_time``; return the requests it finished."""
         self.step += 1
@@ -75,7 +94,7 @@ class RunningBatch:
         heap = self._finish
         while heap and heap[0][0] <= self.step:
             _, _, epoch, r = heapq.heappop(heap)
-            if r.phase is Phase.RUNNING and epoch == r.retractions:
+            if r.phase is Phase.RUNNING and epoch == r.retractions and r not in done:
                 done.append(r)
         return done
 
