@@ -79,6 +79,9 @@ REFUSALS: tuple[Refusal, ...] = (
     Refusal("queue-order-on-rounds", "policy", ModelKind.diffusion, lambda needs: not needs.diffusion,
             "+policy ({option}) orders an autoregressive model's prefill queue, but {described}, "
             "whose requests take block rounds: " + _TO_ROUNDS),
+    Refusal("speculation-on-rounds", "speculative", ModelKind.diffusion, lambda needs: True,
+            "+speculative ({option}) is not supported for {short}: its blocks are denoised in rounds, "
+            "not drafted and verified token by token"),
     Refusal("rounds-on-tokens", "policy", ModelKind.autoregressive, lambda needs: not needs.autoregressive,
             "+policy ({option}) schedules a diffusion LM's block rounds, but {described}: {to_diffusion}"),
     Refusal("shared-rounds-on-renoise", "policy", ModelKind.diffusion,
@@ -121,8 +124,9 @@ class HostRule:
     when: Callable[[Any, Any], bool]
     """On the option's Needs and the kind's host settings: whether they are refused."""
     why: str
-    """The error, formatted with ``option`` and ``sglang_host_tier`` (how this host
-    switches SGLang's own host tier on)."""
+    """The error, formatted with ``option``, ``needs``, ``host`` (the option's Needs and
+    the kind's host settings) and ``sglang_host_tier`` (how this host switches SGLang's
+    own host tier on)."""
 
 
 #: Every host-setting refusal, checked by both hosts in this order.
@@ -133,6 +137,11 @@ HOST_RULES: tuple[HostRule, ...] = (
              lambda needs, host: host.host_tier_tokens > 0 and not needs.interior,
              "cache.host_tier_tokens needs a cache that holds gaps (+cache=penelope); "
              "for +cache ({option}) use SGLang's own host tier ({sglang_host_tier})"),
+    # NOTE: the host sizes its buffers and per-step KV for max_draft_tokens at startup.
+    HostRule("draft-above-host-max", "speculative",
+             lambda needs, host: max(needs.draft_lengths, default=0) > host.max_draft_tokens,
+             "+speculative ({option}) drafts {needs.draft_lengths} tokens per step but speculative.max_draft_tokens="
+             "{host.max_draft_tokens}: raise speculative.max_draft_tokens or lower the option's lengths"),
 )
 
 
@@ -141,8 +150,12 @@ def check_host_settings(specs: Mapping[str, PolicySpec], sglang_host_tier: str) 
     setting (``HOST_RULES``); ``sglang_host_tier``: how this host switches SGLang's own on."""
     for rule in HOST_RULES:
         spec = specs.get(rule.group)
-        if spec is not None and rule.when(spec.needs_of(), spec.host_settings()):
-            raise ConfigError(rule.why.format(option=spec.target, sglang_host_tier=sglang_host_tier))
+        if spec is None:
+            continue
+        needs, host = spec.needs_of(), spec.host_settings()
+        if rule.when(needs, host):
+            raise ConfigError(rule.why.format(option=spec.target, needs=needs, host=host,
+                                              sglang_host_tier=sglang_host_tier))
 
 
 def check_model_fit(model: ModelInHost, specs: Mapping[str, PolicySpec]) -> None:

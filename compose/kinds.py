@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compose.schema import AdaptersHostConfig, CacheHostConfig, RouterHostConfig
+from policies.speculative import SpeculativeHostConfig
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,9 @@ KINDS: tuple[Kind, ...] = (
          host_settings=AdaptersHostConfig),
     Kind("router", "router", "RouterPolicy", "RouterNeeds",
          "server.cluster.binding:BINDING", "bench.sim.cluster_run:BINDING", host_settings=RouterHostConfig),
+    Kind("speculative", "speculative", "SpeculationPolicy", "SpeculativeNeeds",
+         "server.sglang.speculative.binding:BINDING", "bench.sim.speculative:BINDING",
+         host_settings=SpeculativeHostConfig),
 )
 
 #: Every registered kind by config group, in the order hosts apply them

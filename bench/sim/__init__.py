@@ -11,11 +11,13 @@ module                    mirrors (SGLang 0.5.23)
 ``cache.PrefixCache``     ``RadixCache`` (match, insert, lock, evict)
 ``cost.CostModel``        the GPU (roofline per forward pass)
 ``cluster.Cluster``       SMG, the gateway, in front of N replicas (``+router``)
+``speculative``           NGRAM/EAGLE draft-and-verify decode steps (``+speculative``)
 ========================= =====================================================
 
 Each kind attaches its policy through its simulator binding
 (``compose.kinds.Kind.sim_binding``; the contract in ``binding.py``, the
-server-side kinds in ``bindings.py``, the gateway's in ``cluster_run.py``).
+server-side kinds in ``bindings.py``, the gateway's in ``cluster_run.py``,
+speculation's in ``speculative.py``).
 """
 
 from __future__ import annotations

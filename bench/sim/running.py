@@ -94,7 +94,7 @@ class RunningBatch:
         heap = self._finish
         while heap and heap[0][0] <= self.step:
             _, _, epoch, r = heapq.heappop(heap)
-            if r.phase is Phase.RUNNING and epoch == r.retractions and r not in done:
+            if r.phase is Phase.RUNNING and epoch == r.retractions:
                 done.append(r)
         return done
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from bench.schema import SpecAcceptance
 from bench.sim.binding import Scope, SimParts
+from compose.config import ConfigError
 from compose.specs import build_policy
 from policies.speculative import (
     ObservesSpecOutcome,
@@ -36,8 +37,10 @@ from policies.speculative import (
     SpecStepView,
     SpeculationPolicy,
     SpeculativeHostConfig,
+    TakesStepTable,
     check_decision,
     check_outcome,
+    load_step_table,
 )
 
 if TYPE_CHECKING:
@@ -135,7 +138,15 @@ class _SpeculativeBinding:
 
     def attach(self, spec: PolicySpec, settings: BenchSettings, parts: SimParts) -> None:
         host: SpeculativeHostConfig = spec.host_settings()
-        parts.seams.append(SpeculationSeam(build_policy(spec), host, settings.sim.spec))
+        policy = build_policy(spec)
+        try:
+            table = load_step_table(host.table_path)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+        if table is not None and isinstance(policy, TakesStepTable):
+            policy.seed_step_times(table)
+        parts.seams.append(SpeculationSeam(policy, host, settings.sim.spec))
+
 
 
 BINDING = _SpeculativeBinding()

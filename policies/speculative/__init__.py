@@ -29,6 +29,7 @@ when that is not empty.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -90,6 +91,17 @@ class StepTimeTable:
             if (b, k) in seen:
                 raise ValueError(f"step-time row ({b}, {k}) given twice")
             seen.add((b, k))
+
+    @classmethod
+    def from_json(cls, text: str) -> StepTimeTable:
+        """The table a calibration wrote: JSON ``{"rows": [[batch, draft, seconds], ...], ...}``
+        (other keys describe where it was measured). Raises ``ValueError`` saying what is wrong."""
+        try:
+            data = json.loads(text)
+            rows = data["rows"]
+            return cls(tuple((int(b), int(k), float(t)) for b, k, t in rows))
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ValueError(f"not a step-time table ({{\"rows\": [[batch, draft, seconds], ...]}}): {exc}") from exc
 
     def lookup(self) -> dict[tuple[int, int], float]:
         """The table as ``{(batch_size, draft_tokens): seconds}``."""
@@ -156,6 +168,10 @@ class SpeculativeHostConfig:
     """A JSON table of measured step times (``bench/results/`` keeps the
     calibrated one; ``bench.scripts.tabletune_calibrate`` writes it) handed to
     a policy that ``TakesStepTable``; ``None``: none."""
+    step_log: str | None = None
+    """Server only: a JSONL file the scheduler appends every verified decode
+    step to, as the policy saw it, with the step's request ids (what a
+    calibration or a check of the policy reads); ``None``: none."""
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -167,6 +183,18 @@ class SpeculativeHostConfig:
     def candidates(self) -> tuple[int, ...]:
         """The lengths the host can run: ``0..max_draft_tokens``."""
         return tuple(range(self.max_draft_tokens + 1))
+
+
+def load_step_table(path: str | None) -> StepTimeTable | None:
+    """The table file ``speculative.table_path`` names (``None``: none), as both hosts
+    read it; ``ValueError`` naming the field if it cannot be read or parsed."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            return StepTimeTable.from_json(f.read())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"invalid value for 'speculative.table_path': {path}: {exc}") from exc
 
 
 #: Drafters a host may be asked for (NGRAM runs on the CPU path).

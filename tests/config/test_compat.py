@@ -38,6 +38,8 @@ REFUSED: dict[tuple[str, str, str], str] = {
     **{("cache", "penelope", m): "gaps-on-block-pages" for m in DIFFUSION},
     **{("admission", o, m): "admission-on-rounds" for o in ("basin", "max_queue") for m in DIFFUSION},
     **{("adapters", o, m): "adapters-on-rounds" for o in ("lora", "scute") for m in DIFFUSION},
+    **{("speculative", o, m): "speculation-on-rounds" for o in ("sglang_adaptive", "static", "table", "tabletune")
+       for m in DIFFUSION},
 }
 
 
@@ -68,6 +70,8 @@ THROUGH_HOSTS = [
      "rounds bypass the gate"),
     ("adapters-on-rounds", ["model=sdar_tiny", "+adapters=scute"], ["sim.dllm.enabled=true", "+adapters=scute"],
      "disables LoRA on its dLLM path"),
+    ("speculation-on-rounds", ["model=sdar_tiny", "+speculative=tabletune"],
+     ["sim.dllm.enabled=true", "+speculative=tabletune"], "denoised in rounds, not drafted"),
 ]
 
 
@@ -91,7 +95,7 @@ TIER_REFUSED = {o for o in group_options("cache") if o != "penelope"}
 def test_one_host_tier_rule_refused_by_both_hosts():
     from compose.compat import HOST_RULES
 
-    assert [r.name for r in HOST_RULES] == ["host-tier-needs-gaps"]
+    assert [r.name for r in HOST_RULES] == ["host-tier-needs-gaps", "draft-above-host-max"]
     tier = "++cache.host_tier_tokens=1000"
     for option in group_options("cache"):
         server, sim = f"+cache={option}", f"+cache={option}"
@@ -107,6 +111,20 @@ def test_one_host_tier_rule_refused_by_both_hosts():
             assert resolve_bench(compose_bench([sim, tier])).policies["cache"].host_settings().host_tier_tokens == 1000
     # SGLang's own host tier: the server's flag, the simulator's model of it
     assert resolve_bench(compose_bench(["+cache=lru", "sim.hicache_tokens=1000"])).sim.hicache_tokens == 1000
+
+
+@pytest.mark.parametrize("over", [["+speculative=static", "speculative.draft_tokens=6"],
+                                  ["+speculative=table", "speculative.ranges=[[1,4,2],[5,8,5]]"]])
+def test_a_draft_length_above_the_hosts_maximum_is_refused_by_both_hosts(over):
+    reason = r"drafts \(.*\) tokens per step but speculative.max_draft_tokens=4"
+    with pytest.raises(ConfigError, match=reason):
+        sglang_fields(resolve(compose(["server.device=cpu", *over])))
+    with pytest.raises(ConfigError, match=reason):
+        resolve_bench(compose_bench(over))
+    # the same lengths fit once the host prepares for them
+    assert sglang_fields(resolve(compose(["server.device=cpu", *over, "speculative.max_draft_tokens=6"])))[
+        "speculative_num_draft_tokens"] == 7
+    resolve_bench(compose_bench([*over, "speculative.max_draft_tokens=6"]))
 
 
 def test_the_cache_binding_hands_its_host_tier_to_the_simulators_cache():

@@ -20,7 +20,7 @@ from policies.scheduling.shortest_prefill import ShortestPrefillPolicy
 from policies.scheduling.shortest_prefill_first import ShortestPrefillFirstPolicy
 from policies.views import RequestView
 
-POLICIES_DIR = Path(__file__).resolve().parents[1] / "policies"
+POLICIES_DIR = Path(__file__).resolve().parents[2] / "policies"
 
 
 def req(rid: str, seq: int, n_in: int, cached: int = 0, **kw) -> RequestView:

@@ -284,11 +284,17 @@ def test_op_matches_sglang_triton_kernel(case: str, reference: dict[str, dict[st
             assert ours.dtype == theirs.dtype and torch.equal(ours, theirs), f"argument {position}"
 
 
-def test_every_op_is_a_provided_speculative_stand_in() -> None:
-    assert set(CPU_OPS) <= set(PROVIDED["sgl_kernel"])
-    assert {PROVIDED["sgl_kernel"][name] for name in CPU_OPS} == {
-        "sglang.kernels.ops.speculative.cache_locs", "sglang.kernels.ops.speculative.spec_tree",
-        "sglang.kernels.ops.speculative.eagle"}
+def test_every_stand_in_has_a_real_op_installed_where_sglang_bound_it() -> None:
+    """With +speculative, no stand-in kernel stays: each has a torch op, and the installer
+    patches every SGLang module that bound one (the module PROVIDED names)."""
+    from server.sglang.speculative.cpu_ops import SPECULATIVE_OPS
+    from server.sglang.speculative.kernels import KERNEL_IMPORTERS
+
+    assert set(CPU_OPS) == set(PROVIDED["sgl_kernel"])
+    assert set(SPECULATIVE_OPS) == set(PROVIDED["sgl_kernel.speculative"])
+    bound = {(module, op) for module, names in KERNEL_IMPORTERS.items() for op in names.values()}
+    wanted = {(module, op) for where in PROVIDED.values() for op, module in where.items()}
+    assert bound == wanted
     assert all(op.__name__ == name for name, op in OPS.items())
 
 
@@ -350,3 +356,38 @@ def test_sglang_cpu_call_sites_take_the_ops() -> None:
     assert got["predict"] == [2, 3, 9, 0, 8, 0, 0, 0] and got["accept"] == [[0, 1, 2, -1], [4, -1, -1, -1]]
     assert got["accepted"] == [2, 0] and got["bonus"] == [9, 8]
     assert got["front"] == got["kept"] == [69, 70, 71, 9, 0, 0, 0, 0]
+
+
+def test_copy_all_layer_kv_cache_moves_every_buffers_rows_gather_then_scatter() -> None:
+    """Against plain indexing (``buf[tgt] = buf[src]``, which reads every source first)."""
+    from server.sglang.speculative.cpu_ops import copy_all_layer_kv_cache_cpu
+
+    g = torch.Generator().manual_seed(5)
+    buffers = [torch.randn((12, 2, 4), generator=g), torch.randn((12, 3), generator=g).to(torch.float64)]
+    want = [b.clone() for b in buffers]
+    src, tgt = _i64([1, 2, 3, 7]), _i64([2, 3, 9, 0])  # overlapping: row 2 is read before it is written
+    for w in want:
+        w[tgt] = w[src].clone()
+    ptrs = torch.tensor([b.data_ptr() for b in buffers], dtype=torch.uint64)
+    strides = torch.tensor([b.stride(0) * b.dtype.itemsize for b in buffers])
+    copy_all_layer_kv_cache_cpu(ptrs, strides, tgt, src)
+    assert all(torch.equal(b, w) for b, w in zip(buffers, want, strict=True))
+    copy_all_layer_kv_cache_cpu(ptrs, strides, _i64([]), _i64([]))  # SGLang's warm-up shape: nothing to move
+
+
+def test_assign_req_to_token_pool_writes_each_requests_slots_in_its_row() -> None:
+    """Against a loop over requests written from SGLang's Triton kernel (``allocation.assign_req_to_token_pool``)."""
+    from server.sglang.speculative.cpu_ops import assign_req_to_token_pool_cpu
+
+    g = torch.Generator().manual_seed(11)
+    table = torch.randint(0, 1000, (6, 40), generator=g, dtype=torch.int32)
+    want = table.clone()
+    rows, starts, ends = _i64([4, 0, 2]), _i64([10, 3, 7]), _i64([14, 3, 9])  # the second reserves nothing
+    locs = torch.randint(0, 5000, (6,), generator=g, dtype=torch.int64)
+    taken = 0
+    for r, s, e in zip(rows.tolist(), starts.tolist(), ends.tolist(), strict=True):
+        for j in range(e - s):
+            want[r, s + j] = int(locs[taken + j])
+        taken += e - s
+    assign_req_to_token_pool_cpu(rows, table, starts, ends, locs, table.shape[1])
+    assert torch.equal(table, want)

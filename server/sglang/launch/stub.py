@@ -48,7 +48,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any, NoReturn
 
@@ -68,6 +68,11 @@ PROVIDED: dict[str, dict[str, str]] = {
         "fill_bonus_tokens_cpu": "sglang.kernels.ops.speculative.eagle",
         "verify_tree_greedy_cpu": "sglang.kernels.ops.speculative.spec_tree",
     },
+    # NOTE: imported (unguarded) when SGLang's NGRAM worker module is, which the
+    # hook contract does in every process; +speculative serves it (provide_kernels).
+    "sgl_kernel.speculative": {
+        "reconstruct_indices_from_tree_mask": "sglang.kernels.ops.speculative.reconstruct_tree",
+    },
 }
 
 #: Names (attributes or submodules) SGLang looks up at import inside
@@ -78,6 +83,10 @@ DECLINED: dict[str, str] = {
     "sgl_kernel.allreduce": "sglang.srt.distributed.device_communicators.custom_all_reduce_ops then disables "
                             "custom all-reduce",
 }
+
+#: Real kernels a binding provides in this process (module -> name -> function),
+#: served instead of stand-ins (``provide_kernels``).
+_REAL: dict[str, dict[str, Callable[..., Any]]] = {}
 
 _WHERE = "server/sglang/launch/stub.py"
 #: ``__file__`` of the stand-in modules (not a path: nothing reads files from it).
@@ -137,6 +146,8 @@ class _StubLoader(importlib.abc.Loader):
         module.__file__ = LOCATION
         for attr in PROVIDED.get(name, {}):
             setattr(module, attr, StandInKernel(name, attr))
+        for attr, fn in _REAL.get(name, {}).items():
+            setattr(module, attr, fn)
 
         def __getattr__(attr: str) -> NoReturn:
             raise AttributeError(_refusal(f"{name}.{attr}"), name=attr, obj=module)
@@ -150,7 +161,7 @@ class _StubFinder(importlib.abc.MetaPathFinder):
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if fullname.split(".")[0] not in STUBBED_TOP_LEVEL:
             return None
-        if fullname not in STUBBED_TOP_LEVEL and fullname not in PROVIDED:
+        if fullname not in STUBBED_TOP_LEVEL and fullname not in PROVIDED and fullname not in _REAL:
             raise ModuleNotFoundError(_refusal(fullname), name=fullname)
         return importlib.machinery.ModuleSpec(fullname, _StubLoader(), is_package=True)
 
@@ -161,3 +172,18 @@ def install_sgl_kernel_stub() -> None:
         for name in [m for m in sys.modules if m.split(".")[0] in STUBBED_TOP_LEVEL]:
             del sys.modules[name]
         sys.meta_path.insert(0, _StubFinder())
+
+
+def provide_kernels(module: str, kernels: Mapping[str, Callable[..., Any]]) -> None:
+    """Serve ``kernels`` (real implementations, e.g. a binding's torch ops) as names of
+    the stand-in ``module`` (``sgl_kernel`` or a submodule of it) in this process.
+
+    NOTE: a binding calls this only when its option is chosen, so the strict
+    stand-ins stay for everyone else; an SGLang module that already did
+    ``from sgl_kernel import x`` keeps the stand-in it bound, so callers also
+    patch those importers."""
+    _REAL.setdefault(module, {}).update(kernels)
+    loaded = sys.modules.get(module)
+    if loaded is not None:
+        for attr, fn in kernels.items():
+            setattr(loaded, attr, fn)

@@ -19,6 +19,7 @@ As in the kernels, only well-formed inputs are meant: nothing is bounds-checked 
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
 
 import torch
@@ -246,11 +247,52 @@ def reconstruct_indices_from_tree_mask(tree_mask: torch.Tensor, verified_seq_len
     _flat(retrive_next_sibling)[:batch * n] = torch.where(after < n, after, -1).reshape(-1)
 
 
-#: The six ``sgl_kernel`` ops, by name: what replaces the stand-ins when speculation is on.
+def assign_req_to_token_pool_cpu(req_pool_indices: torch.Tensor, req_to_token: torch.Tensor,
+                                 start_offset: torch.Tensor, end_offset: torch.Tensor, out_cache_loc: torch.Tensor,
+                                 pool_len: int) -> None:
+    """Write each request's new KV slots into its row of ``req_to_token``.
+
+    Request ``i`` owns ``out_cache_loc``'s next ``end_offset[i] - start_offset[i]``
+    entries (requests in order, concatenated) and gets them at columns
+    ``start_offset[i]:end_offset[i]`` of row ``req_pool_indices[i]``; ``pool_len``
+    is the row length. SGLang calls it when a speculative decode step reserves
+    the drafts' slots (``alloc_for_spec_decode``)."""
+    starts, ends = start_offset.reshape(-1).tolist(), end_offset.reshape(-1).tolist()
+    rows, locs = req_pool_indices.reshape(-1).tolist(), out_cache_loc.reshape(-1)
+    taken = 0
+    for row, start, end in zip(rows, starts, ends, strict=True):
+        n = int(end) - int(start)
+        if n > 0:
+            req_to_token[int(row), int(start):int(end)] = locs[taken:taken + n].to(req_to_token.dtype)
+            taken += n
+
+
+def copy_all_layer_kv_cache_cpu(data_ptrs: torch.Tensor, strides: torch.Tensor, tgt_loc: torch.Tensor,
+                                src_loc: torch.Tensor) -> None:
+    """Copy KV slot rows ``src_loc[j] -> tgt_loc[j]`` in every buffer.
+
+    ``data_ptrs[b]``: the address of buffer ``b`` (one per layer's K and V, as
+    ``uint64``), whose slot ``i`` is the ``strides[b]`` bytes at ``data_ptrs[b] +
+    i * strides[b]``. Every source row is read before any target is written
+    (a gather, then a scatter). SGLang calls it at KV-pool warm-up when
+    speculation turns its slot copy on; its moves after a verify take the
+    native torch path (``SGLANG_NATIVE_MOVE_KV_CACHE``)."""
+    tgt, src = tgt_loc.reshape(-1).tolist(), src_loc.reshape(-1).tolist()
+    if not tgt:
+        return
+    for base, stride in zip(data_ptrs.reshape(-1).tolist(), strides.reshape(-1).tolist(), strict=True):
+        rows = [ctypes.string_at(int(base) + int(s) * int(stride), int(stride)) for s in src]
+        for t, row in zip(tgt, rows, strict=True):
+            ctypes.memmove(int(base) + int(t) * int(stride), row, int(stride))
+
+
+#: The seven ``sgl_kernel`` ops, by name: what replaces the stand-ins when speculation is on.
 CPU_OPS: dict[str, Callable[..., None]] = {
     "assign_draft_cache_locs_contiguous_cpu": assign_draft_cache_locs_contiguous_cpu,
     "assign_extend_cache_locs_cpu": assign_extend_cache_locs_cpu,
+    "assign_req_to_token_pool_cpu": assign_req_to_token_pool_cpu,
     "build_tree_kernel_efficient_cpu": build_tree_kernel_efficient_cpu,
+    "copy_all_layer_kv_cache_cpu": copy_all_layer_kv_cache_cpu,
     "fill_accept_out_cache_loc_cpu": fill_accept_out_cache_loc_cpu,
     "fill_bonus_tokens_cpu": fill_bonus_tokens_cpu,
     "verify_tree_greedy_cpu": verify_tree_greedy_cpu,

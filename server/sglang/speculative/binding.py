@@ -1,0 +1,93 @@
+"""Server binding of the speculative kind (``+speculative``): SGLang's NGRAM path.
+
+Launch: SGLang's NGRAM speculation under Switchboard's plugin algorithm
+(``algorithm.py``), drafting chains (breadth 1) of up to
+``speculative.max_draft_tokens`` tokens, with overlap scheduling off (the
+draft length changes between steps; ``worker.py``). Install: on CPU, the
+torch kernels (``kernels.py``), the tree-masked verify (``verify_attention.py``)
+and SGLang's native KV move; everywhere, the policy and its host
+(``controller.py``), seeded from ``speculative.table_path``.
+
+NOTE: EAGLE/EAGLE3 (a draft model, GPU only: SGLang's torch-native attention
+refuses them) are refused here until the GPU path has run on a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from compose.config import ConfigError
+from compose.specs import build_policy
+from policies.speculative import SpeculativeHostConfig, StepTimeTable, TakesStepTable, load_step_table
+from server.sglang.launch.binding import LaunchFields, SchedulerParts
+from server.sglang.speculative.symbols import SPECULATIVE_SYMBOLS
+
+if TYPE_CHECKING:
+    from compose.specs import PolicySpec
+    from server.resolve import LaunchPlan
+
+
+def read_table(host: SpeculativeHostConfig) -> StepTimeTable | None:
+    """The offline table ``speculative.table_path`` names (``None``: none); a
+    ``ConfigError`` naming the field if it cannot be read or parsed."""
+    try:
+        return load_step_table(host.table_path)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+class SpeculativeBinding:
+    """``+speculative``: NGRAM with a per-step draft length."""
+
+    symbols = SPECULATIVE_SYMBOLS
+    """Its rows of the hook contract (SGLang's speculative registry, NGRAM worker, CPU kernels)."""
+
+    def launch(self, spec: PolicySpec, launch: LaunchFields) -> None:
+        from server.sglang.speculative.algorithm import ALGORITHM
+
+        host: SpeculativeHostConfig = spec.host_settings()
+        why = f"+speculative ({spec.target})"
+        if host.algorithm != "NGRAM":
+            raise ConfigError(
+                f"invalid value for 'speculative.algorithm': {host.algorithm} (a draft model) is not served yet: "
+                "SGLang's CPU attention refuses draft models and the GPU path has not run on a GPU; "
+                "use speculative.algorithm=NGRAM")
+        read_table(host)
+        require = launch.require
+        require("speculative_algorithm", ALGORITHM, why)
+        require("speculative_num_draft_tokens", host.max_draft_tokens + 1,
+                why + " (speculative.max_draft_tokens + 1: the root and the drafts)")
+        # NOTE: chains: the first k+1 nodes of a chain are a chain (worker.truncate_drafts)
+        require("speculative_ngram_max_bfs_breadth", 1, why + ": chains of drafts")
+        require("speculative_ngram_min_bfs_breadth", 1, why + ": chains of drafts")
+        require("disable_overlap_schedule", True, why + ": the draft length changes between steps")
+
+    def install(self, spec: PolicySpec, plan: LaunchPlan, parts: SchedulerParts) -> None:
+        from server.sglang.speculative import algorithm, worker
+        from server.sglang.speculative.controller import DraftLengthHost
+
+        if plan.device == "cpu":
+            from server.sglang.speculative import kernels, verify_attention
+
+            kernels.install()
+            verify_attention.install()
+            # NOTE: SGLang's KV move after verify has no CPU kernel; its native path is torch.
+            os.environ["SGLANG_NATIVE_MOVE_KV_CACHE"] = "1"
+        algorithm.register_algorithm()
+        host: SpeculativeHostConfig = spec.host_settings()
+        policy = build_policy(spec)
+        table = read_table(host)
+        if table is not None and isinstance(policy, TakesStepTable):
+            policy.seed_step_times(table)
+        worker.HOST = DraftLengthHost(policy, host.max_draft_tokens, host.step_log)
+        parts.policies.append(policy)
+        parts.installed.append(f"speculative={spec.target}")
+
+    def extend_cli(self) -> None:
+        from server.sglang.speculative.algorithm import register_algorithm
+
+        register_algorithm()
+
+
+BINDING = SpeculativeBinding()

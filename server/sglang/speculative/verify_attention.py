@@ -1,0 +1,82 @@
+"""The speculative verify pass in SGLang's torch-native attention (the CPU path).
+
+SGLang's ``TorchNativeAttnBackend.forward_extend`` has no verify branch: a
+``TARGET_VERIFY`` batch carries no extend lengths (it would fail on them), and
+a draft *tree* needs a mask that is not causal. This hook answers verify
+batches itself and leaves every other batch to SGLang:
+
+* each request ``i`` verifies ``d`` draft nodes (``spec_info.draft_token_num``)
+  at the end of its ``seq_lens[i]`` cached tokens; their K/V are written at
+  ``out_cache_loc`` first, as SGLang writes an extend's;
+* node ``a`` attends to the whole cached prefix and to node ``b`` iff
+  ``custom_mask[i][a, b]`` (``d x d`` per request, row-major: ``b`` is ``a``'s
+  ancestor or ``a`` itself), the mask NGRAM builds on CPU (SGLang prefixes it
+  with the context only on GPU, ``USE_FULL_MASK and not _is_cpu``).
+
+NOTE: for a chain (``speculative_ngram_max_bfs_breadth=1`` and a full match)
+the mask is lower-triangular and this is causal attention over ``prefix + d``
+tokens; a shorter match hangs padding nodes off the root, which the mask keeps
+apart. Sliding-window and cross attention are not handled here (refused at
+launch: ``binding.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.nn.functional import scaled_dot_product_attention
+
+from server.sglang.speculative.symbols import VERIFY_TARGET
+
+
+def tree_verify_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                          req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
+                          tree_mask: torch.Tensor, draft: int, scaling: float | None, enable_gqa: bool) -> torch.Tensor:
+    """Attention of ``bs * draft`` verify queries (``[tokens, heads, dim]``) over each
+    request's cached prefix plus its draft nodes, masked by its tree (see module docs)."""
+    bs = int(seq_lens.shape[0])
+    out = torch.empty((query.shape[0], query.shape[1], v_cache.shape[-1]), dtype=query.dtype, device=query.device)
+    trees = tree_mask.reshape(bs, draft, draft).to(torch.bool)
+    for i in range(bs):
+        prefix = int(seq_lens[i])
+        slots = req_to_token[req_pool_indices[i], : prefix + draft]
+        q = query[i * draft:(i + 1) * draft].movedim(0, 1)  # [heads, d, dim]
+        k = k_cache[slots].movedim(0, 1).to(q.dtype)
+        v = v_cache[slots].movedim(0, 1).to(q.dtype)
+        mask = torch.cat((torch.ones((draft, prefix), dtype=torch.bool, device=q.device), trees[i]), dim=1)
+        o = scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), attn_mask=mask,
+                                         scale=scaling, enable_gqa=enable_gqa)
+        out[i * draft:(i + 1) * draft] = o.squeeze(0).movedim(0, 1)
+    return out
+
+
+def forward_extend_with_verify(original: Any, backend: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                               layer: Any, forward_batch: Any, save_kv_cache: bool = True) -> torch.Tensor:
+    """``forward_extend``, answering ``TARGET_VERIFY`` batches with the tree mask."""
+    if not forward_batch.forward_mode.is_target_verify():
+        return original(backend, q, k, v, layer, forward_batch, save_kv_cache)
+    if layer.is_cross_attention or (layer.sliding_window_size is not None and layer.sliding_window_size > -1):
+        raise NotImplementedError("switchboard: the CPU verify pass has no sliding-window or cross attention "
+                                  f"(layer {layer.layer_id}); serve this model without +speculative")
+    from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+
+    if save_kv_cache and k is not None and v is not None:
+        backend.token_to_kv_pool.set_kv_buffer(
+            layer, KVWriteLoc(forward_batch.out_cache_loc, backend.swa_out_cache_loc), k, v)
+    spec = forward_batch.spec_info
+    out = tree_verify_attention(
+        q.view(-1, layer.tp_q_head_num, layer.qk_head_dim),
+        backend.token_to_kv_pool.get_key_buffer(layer.layer_id),
+        backend.token_to_kv_pool.get_value_buffer(layer.layer_id),
+        backend.req_to_token_pool.req_to_token, forward_batch.req_pool_indices, forward_batch.seq_lens,
+        spec.custom_mask, int(spec.draft_token_num), layer.scaling,
+        layer.tp_q_head_num != layer.tp_k_head_num)
+    return out.reshape(q.shape[0], layer.tp_q_head_num * layer.v_head_dim)
+
+
+def install() -> None:
+    """Hook SGLang's torch-native ``forward_extend`` (the scheduler process, before the model runs)."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register(VERIFY_TARGET, forward_extend_with_verify, HookType.AROUND)
