@@ -427,7 +427,7 @@ class Simulator:
         draft, draft_s = drafter.plan_step(batch)
         if draft and not self._ensure_free(n * (draft + 1)):
             draft, draft_s = 0, 0.0
-        step_s = self.cost.verify_time(n, draft, self.running.context_tokens()) + draft_s
+        step_s = self.cost.verify_time(n, draft, self.running.context_tokens(), draft_s)
         self.now += step_s
         accepted = drafter.step_verified(batch, draft, step_s)
         gains = self.running.accept(batch, accepted)

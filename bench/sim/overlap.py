@@ -83,8 +83,8 @@ class IterationLog:
     def decode_time(self, batch: int, context_tokens: int) -> float:
         return self._log(self.cost.decode_time(batch, context_tokens), False, batch, 0)
 
-    def verify_time(self, batch: int, draft: int, context_tokens: int) -> float:
-        return self._log(self.cost.verify_time(batch, draft, context_tokens), False, batch, 0)
+    def verify_time(self, batch: int, draft: int, context_tokens: int, extra_s: float = 0.0) -> float:
+        return self._log(self.cost.verify_time(batch, draft, context_tokens, extra_s), False, batch, 0)
 
     def visible_ends(self) -> tuple[np.ndarray, np.ndarray]:
         """``(ends, visible)``: each iteration's end, and when its tokens are seen."""

@@ -54,6 +54,7 @@ MEAN_ACCEPTANCE = {
     SpecAcceptance.ngram_cpu_chat: 0.2,
     SpecAcceptance.ngram_repetitive: 0.5,
     SpecAcceptance.eagle_chat: 0.75,
+    SpecAcceptance.eagle_code: 0.85,
     SpecAcceptance.agentic_ngram: 0.85,
 }
 #: Beta concentration of the per-request draw (requests differ around the mean).
