@@ -7,9 +7,10 @@ rises and falls.
 
 Workload: closed-loop clients (each sends its next request as soon as the
 previous one finished). A *load shape* is a sequence of phases, each with a
-number of clients; phase ``p+1``'s clients start as phase ``p``'s finish (its
-``j``-th client follows the last request of phase ``p``'s client ``j mod C``),
-so the policy meets each load change online, with what it learned before.
+number of clients; the phases run back to back on one simulated server (each
+starts when the previous one has finished, with an empty batch), and the
+policy object, with everything it learned, carries over: it meets each load
+change online. A phase's throughput is its output tokens over its duration.
 Prompt and output lengths are drawn per request (seeded). Acceptance is a
 stated process (``sim.spec.acceptance``, ``bench/sim/speculative.py``): per
 request a per-position rate around the profile's mean, per step a geometric run.
@@ -34,9 +35,7 @@ seeded TableTune is within 3% of the oracle; over the whole shape it is at
 least the best of the speculating rivals (every fixed length >= 1, the table,
 SGLang's rule), and never below 0.98x no speculation.
 
-Reported per phase: output tokens per second of the phase's requests (their
-tokens over the span from the first one's arrival to the last one's finish)
-relative to the oracle's; overall: total output tokens per simulated second
+Reported per phase: output tokens per second relative to the oracle's; overall: total output tokens per simulated second
 relative to no speculation, and mean end-to-end latency relative to it.
 
 Splits: defaults may be chosen on the tuning split only (the ``transition``
@@ -57,8 +56,8 @@ from pathlib import Path
 
 from bench.config import compose_bench, resolve_bench
 from bench.scripts.common import add_output_args, git_commit
-from bench.sim import CostModel, SimSettings
-from bench.sim.servers import simulate
+from bench.sim import CostModel, SimSettings, build_simulator, records_of
+from bench.sim.binding import Scope, sim_parts
 from bench.traces.trace import Trace, TraceRequest
 
 #: One EAGLE-3 draft-head pass (a decoder layer and the LM head of an 8B model,
@@ -110,31 +109,27 @@ DEPLOYMENTS = (
 )
 
 
-def shape_trace(name: str, clients: Sequence[int], input_tokens: tuple[int, int],
-                output_tokens: tuple[int, int], seed: int) -> tuple[Trace, dict[str, int]]:
-    """The closed-loop trace of a load shape (each client of a phase sends
-    ``ceil(PHASE_REQUESTS / clients)`` requests, at least 2), and each request's phase."""
+def phase_traces(name: str, clients: Sequence[int], input_tokens: tuple[int, int],
+                 output_tokens: tuple[int, int], seed: int) -> list[Trace]:
+    """One closed-loop trace per phase of a load shape: its clients start together and
+    each sends ``ceil(PHASE_REQUESTS / clients)`` requests (at least 2), one after another."""
     rng = random.Random(seed)
-    requests: list[TraceRequest] = []
-    phase_of: dict[str, int] = {}
-    last: list[str] = []
+    traces = []
     for p, n in enumerate(clients):
         per_client = max(2, -(-PHASE_REQUESTS // n))
-        ends = []
+        requests: list[TraceRequest] = []
         for c in range(n):
-            prev = last[c % len(last)] if last else None
+            prev = None
             for i in range(per_client):
                 rid = f"p{p}c{c}r{i}"
                 requests.append(TraceRequest(rid=rid, arrival_s=0.0, input_tokens=rng.randint(*input_tokens),
                                              output_tokens=rng.randint(*output_tokens), after=prev,
                                              session_id=f"p{p}c{c}"))
-                phase_of[rid] = p
                 prev = rid
-            ends.append(prev)
-        last = [e for e in ends if e is not None]
-    trace = Trace(name=f"closed-loop {name} {'-'.join(map(str, clients))}", requests=tuple(requests))
-    trace.validate()
-    return trace, phase_of
+        trace = Trace(name=f"{name} phase {p + 1}: {n} clients", requests=tuple(requests))
+        trace.validate()
+        traces.append(trace)
+    return traces
 
 
 @dataclass
@@ -144,24 +139,29 @@ class Run:
     mean_e2e_s: float
 
 
-def run(dep: Deployment, profile: str, option: list[str], trace: Trace, phase_of: dict[str, int],
-        phases: int) -> Run:
+def run(dep: Deployment, profile: str, option: list[str], phases: Sequence[Trace]) -> Run:
+    """The phases back to back on one simulated server whose policy (and what it
+    learned) carries over from phase to phase; each phase starts with an empty batch."""
     overrides = [*dep.overrides, f"sim.spec.acceptance={profile}", f"speculative.max_draft_tokens={dep.longest}",
                  "output.progress=false", *option]
     settings = resolve_bench(compose_bench(overrides))
     cost = CostModel(settings.accelerator, settings.model_profile)
     sim_settings = SimSettings.resolve(settings.sim, settings.accelerator, settings.model_profile, cost)
-    records, _, meta = simulate(settings, trace, cost, sim_settings, lambda r: None)
-    done = [(r, r.finish_s) for r in records if r.status == "finished" and r.finish_s is not None]
-    assert len(done) == len(trace.requests), f"{len(trace.requests) - len(done)} requests did not finish"
-    phase_tps = []
-    for p in range(phases):
-        rs = [(r, end) for r, end in done if phase_of[r.rid] == p]
-        span = max(end for _, end in rs) - min(r.arrival_s for r, _ in rs)
-        phase_tps.append(sum(r.output_tokens for r, _ in rs) / span)
-    total = sum(r.output_tokens for r, _ in done) / float(meta["simulated_s"])
-    e2e = sum(end - r.arrival_s for r, end in done) / len(done)
-    return Run(phase_tps, total, e2e)
+    parts = sim_parts(settings, Scope.replica)
+    phase_tps: list[float] = []
+    tokens, seconds, e2e, count = 0, 0.0, 0.0, 0
+    for trace in phases:
+        sim = build_simulator(trace, cost, sim_settings, parts)
+        sim.run()
+        done = [(r, r.finish_s) for r in records_of(sim, with_token_times=False)
+                if r.status == "finished" and r.finish_s is not None]
+        assert len(done) == len(trace.requests), f"{len(trace.requests) - len(done)} requests did not finish"
+        n_tokens = sum(r.output_tokens for r, _ in done)
+        phase_tps.append(n_tokens / sim.now)
+        tokens, seconds = tokens + n_tokens, seconds + sim.now
+        e2e += sum(end - r.arrival_s for r, end in done)
+        count += len(done)
+    return Run(phase_tps, tokens / seconds, e2e / count)
 
 
 def offline_table(dep: Deployment, path: Path) -> Path:
@@ -219,8 +219,8 @@ def main() -> None:
                 out.append(f"\n## {dep.name}; acceptance `{profile}`\n")
                 for shape in shapes:
                     clients = SHAPES[shape]
-                    trace, phase_of = shape_trace(shape, clients, dep.input_tokens, dep.output_tokens, args.seed)
-                    runs = {name: run(dep, profile, option, trace, phase_of, len(clients))
+                    phases = phase_traces(shape, clients, dep.input_tokens, dep.output_tokens, args.seed)
+                    runs = {name: run(dep, profile, option, phases)
                             for name, option in policies(dep, table, args.tabletune)}
                     out += _shape_table(shape, clients, runs, dep, checks if split == "evaluation" else [], profile)
                     print(f"{split}: {dep.name} / {profile} / {shape}: done ({time.monotonic() - t0:.0f} s)",
