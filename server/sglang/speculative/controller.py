@@ -60,14 +60,16 @@ class DraftLengthHost:
     def stepped(self, rids: tuple[str, ...], draft: int, seconds: float) -> None:
         """The decode step of requests ``rids`` (drafting and verify) returned after ``seconds``."""
         self.current = draft
-        self._pending = _Pending(rids, draft, seconds if self.policy.needs.step_timing else 0.0)
+        self._pending = _Pending(rids, draft, seconds)
 
     def verified(self, accepted: list[int]) -> None:
         """SGLang processed the step's results: ``accepted[i]`` drafts of request ``i`` kept."""
         step, self._pending = self._pending, None
         if step is None or len(accepted) != len(step.rids):
             return  # NOTE: a result without a decode step of ours (an extend batch)
-        outcome = check_outcome(SpecOutcome(len(step.rids), step.draft, tuple(accepted), step.seconds))
+        # NOTE: the policy gets the time only if its needs ask (the contract); the log always has it
+        timed = step.seconds if self.policy.needs.step_timing else 0.0
+        outcome = check_outcome(SpecOutcome(len(step.rids), step.draft, tuple(accepted), timed))
         if self.log is not None:
             self.log.write(json.dumps({"rids": step.rids, "draft": step.draft, "accepted": accepted,
                                        "step_time_s": step.seconds}) + "\n")
