@@ -15,7 +15,8 @@ drafting chains of up to 4 tokens), driven by ``b`` closed-loop clients (the
 real ``openai`` client, greedy, 48 tokens per answer, every client asking
 ``ROUNDS`` questions in turn) per prompt set: chat questions, and repetitive
 or code-editing requests whose answers repeat their prompt (where n-gram
-drafts get accepted). Throughput = completion tokens / wall time of the
+drafts get accepted); every request of a server's life asks a question
+of its own (NGRAM's corpus remembers every answer). Throughput = completion tokens / wall time of the
 ``b`` clients. Rows: the stock server, the stock server under the flags
 ``+speculative`` forces (``sglang.disable_overlap_schedule=true``: the fair
 no-speculation row), every fixed length (``static``), and ``tabletune`` from
@@ -35,7 +36,7 @@ import statistics
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,22 +53,32 @@ ROUNDS = 2
 TABLE = REPO_ROOT / "bench" / "results" / "speculative_table.json"
 BASE = ("model.dtype=float32", "sglang.sleep_on_idle=true")
 
-CHAT = [
-    "What is the boiling point of water at sea level?", "Name three primary colors.",
-    "Why is the sky blue? Answer briefly.", "Give one tip for learning a new language.",
-    "What does a compiler do?", "Describe a rainbow in one sentence.",
-    "What is photosynthesis?", "Suggest a name for a pet turtle.",
-]
-REPETITIVE = [
-    "Count from 1 to 40, separated by commas.",
-    "Repeat the sentence 'The cat sat on the mat.' five times.",
-    "Rename the variable x to total in:\nx = 0\nfor i in range(10):\n    x = x + i\nprint(x)",
-    "List the days of the week, then list them again in the same order.",
-    "Rewrite with double quotes: a = 'one'; b = 'two'; c = 'three'; d = 'four'",
-    "Write the alphabet in capital letters separated by spaces.",
-    "Add a comment '# done' after each line:\nload()\nclean()\nsave()\nreport()",
-    "Repeat the word 'banana' twelve times.",
-]
+TOPICS = ["the ocean", "volcanoes", "honey bees", "the moon", "glaciers", "coffee", "owls", "deserts", "rainbows",
+          "bicycles", "tea", "comets", "coral reefs", "thunderstorms", "maple trees", "penguins", "tides", "salt",
+          "wind turbines", "lighthouses", "bamboo", "octopuses", "fog", "caves", "sunflowers", "whales", "copper",
+          "clouds", "rivers", "mushrooms", "earthquakes", "snowflakes"]
+WORDS = ["banana", "window", "purple", "rocket", "pencil", "garden", "silver", "candle", "orange", "planet",
+         "marble", "ladder", "jacket", "violin", "pepper", "harbor", "saddle", "button", "forest", "mirror",
+         "turtle", "basket", "anchor", "cactus", "lemon", "camera", "pillow", "tunnel", "wizard", "engine",
+         "falcon", "spoon"]
+
+
+def chat_prompt(n: int) -> str:
+    """The ``n``-th chat question: every request of a run asks a different one."""
+    forms = ["What is interesting about {}?", "Explain {} in two sentences.", "Give one fact about {}."]
+    return forms[n % len(forms)].format(TOPICS[n % len(TOPICS)])
+
+
+def repetitive_prompt(n: int) -> str:
+    """The ``n``-th repetitive or code-editing request (its answer repeats its prompt)."""
+    w, start = WORDS[n % len(WORDS)], 1 + 7 * n
+    forms = [f"Count from {start} to {start + 30}, separated by commas.",
+             f"Repeat the word '{w}' twelve times.",
+             f"Rename the variable {w} to total in:\n{w} = 0\nfor i in range({n + 5}):\n    {w} = {w} + i\nprint({w})",
+             f"Rewrite with double quotes: a = '{w}'; b = '{w}s'; c = 'two {w}s'; d = 'no {w}'"]
+    return forms[n % len(forms)]
+
+
 CALIBRATION = [
     "Write a short paragraph about the ocean.", "Explain what a database index is.",
     "Tell me about the history of bicycles.", "What makes a good password?",
@@ -76,14 +87,20 @@ CALIBRATION = [
 ]
 
 
-def drive(base_url: str, prompts: Sequence[str], b: int, rounds: int = ROUNDS) -> tuple[int, float]:
-    """``b`` closed-loop clients, each asking ``rounds`` questions: (completion tokens, seconds)."""
+def drive(base_url: str, prompt: Callable[[int], str], b: int, first: int = 0,
+          rounds: int = ROUNDS) -> tuple[int, float]:
+    """``b`` closed-loop clients, each asking ``rounds`` questions, the ``n``-th question of
+    the run ``prompt(first + n)``: (completion tokens, seconds).
+
+    NOTE: no question is asked twice in a server's life (callers pass disjoint
+    ``first`` ranges): NGRAM's corpus keeps every answer, and a repeated
+    question would be drafted from its own earlier answer."""
     c = client(base_url, timeout=900)
 
     def one(i: int) -> int:
         tokens = 0
         for r in range(rounds):
-            q = prompts[(i + r * b) % len(prompts)]
+            q = prompt(first + r * b + i)
             resp = c.chat.completions.create(model="default", messages=[{"role": "user", "content": q}],
                                              max_tokens=MAX_TOKENS, temperature=0)
             assert resp.usage is not None
@@ -96,6 +113,11 @@ def drive(base_url: str, prompts: Sequence[str], b: int, rounds: int = ROUNDS) -
     return total, time.perf_counter() - t0
 
 
+def calibration_prompt(n: int) -> str:
+    """Calibration questions (step times only; the table's prompts are never among them)."""
+    return CALIBRATION[n % len(CALIBRATION)]
+
+
 def calibrate(work: Path) -> dict[str, object]:
     """Median step time per (batch size, draft length) on the calibration prompts."""
     rows = []
@@ -104,10 +126,10 @@ def calibrate(work: Path) -> dict[str, object]:
         with ServerProcess([*BASE, "+speculative=static", f"speculative.draft_tokens={k}",
                             f"speculative.max_draft_tokens={LONGEST}", f"speculative.step_log={log}"],
                            work / f"server-{k}.log") as server:
-            drive(server.base_url, CALIBRATION, 1, rounds=1)  # warm-up
+            drive(server.base_url, calibration_prompt, 1, rounds=1)  # warm-up
             for b in BATCHES:
                 before = len(log.read_text().splitlines())
-                drive(server.base_url, CALIBRATION, b, rounds=1)
+                drive(server.base_url, calibration_prompt, b, rounds=1)
                 steps = [json.loads(line) for line in log.read_text().splitlines()[before:]]
                 times = [s["step_time_s"] for s in steps if len(s["rids"]) == b and s["draft"] == k]
                 rows.append([b, k, statistics.median(times)])
@@ -143,10 +165,12 @@ def main() -> None:
         tps: dict[str, dict[tuple[str, int], float]] = defaultdict(dict)
         for name, overrides in rows():
             with ServerProcess([*BASE, *overrides], work / f"{len(tps)}.log") as server:
-                drive(server.base_url, CALIBRATION, 1, rounds=1)  # warm-up
-                for label, prompts in (("chat", CHAT), ("repetitive", REPETITIVE)):
+                drive(server.base_url, calibration_prompt, 1, rounds=1)  # warm-up
+                for label, prompt in (("chat", chat_prompt), ("repetitive", repetitive_prompt)):
+                    first = 0
                     for b in BATCHES:
-                        tokens, seconds = drive(server.base_url, prompts, b)
+                        tokens, seconds = drive(server.base_url, prompt, b, first)
+                        first += b * ROUNDS
                         tps[name][(label, b)] = tokens / seconds
                         print(f"{name} / {label} / b={b}: {tokens / seconds:.1f} tokens/s", flush=True)
     args.out.write_text(report(tps, commit, time.monotonic() - t0))
