@@ -162,28 +162,22 @@ class CostModel:
 
     def decode_time(self, batch: int, context_tokens: int) -> float:
         """One decode iteration: ``batch`` requests over ``context_tokens`` in total."""
-        s = self.shape
-        flops = 2 * (s.linear_params + s.head_params) * batch + 4 * s.attn_width * context_tokens
-        t = self._time(batch, batch, flops / self.decode_flops_per_s, context_tokens + batch)
-        # NOTE: added only when set, so profiles without it keep their exact float times.
-        return t + batch * self.decode_request_overhead if self.decode_request_overhead else t
+        return self.verify_time(batch, 0, context_tokens)
 
     def verify_time(self, batch: int, draft: int, context_tokens: int, extra_s: float = 0.0) -> float:
-        """One speculative decode step: ``batch`` requests each verify ``draft``
-        drafted tokens plus the bonus position (``draft + 1`` new tokens each,
-        every one attending to its request's context and the drafts before it);
-        ``extra_s``: drafting, serial with the forward.
-
-        NOTE: ``verify_time(b, 0, c) == decode_time(b, c)`` exactly (plain decode)."""
-        if draft == 0:
-            t0 = self.decode_time(batch, context_tokens)
-            return t0 + extra_s if extra_s else t0
+        """One decode step in which each of ``batch`` requests computes ``draft + 1``
+        positions (its drafts and the bonus position; ``draft=0``: plain decode),
+        every one attending to its request's context and the positions before it;
+        ``extra_s``: drafting, serial with the forward."""
         s = self.shape
         width = draft + 1
         new = batch * width
-        pairs = context_tokens * width + batch * width * (width - 1) / 2
+        pairs = context_tokens * width + batch * width * (width - 1) // 2
         flops = 2 * (s.linear_params + s.head_params) * new + 4 * s.attn_width * pairs
-        t = self._time(batch, new, flops / self.decode_flops_per_s, context_tokens + new) + extra_s
+        t = self._time(batch, new, flops / self.decode_flops_per_s, context_tokens + new)
+        if extra_s:
+            t += extra_s
+        # NOTE: added only when set, so profiles without it keep their exact float times.
         return t + batch * self.decode_request_overhead if self.decode_request_overhead else t
 
     def _time(self, requests: int, new_tokens: int, compute_s: float, kv_tokens: int) -> float:
