@@ -31,17 +31,9 @@ from bench.schema import SpecAcceptance
 from bench.sim.binding import Scope, SimParts
 from compose.config import ConfigError
 from compose.specs import build_policy
-from policies.speculative import (
-    ObservesSpecOutcome,
-    SpecOutcome,
-    SpecStepView,
-    SpeculationPolicy,
-    SpeculativeHostConfig,
-    TakesStepTable,
-    check_decision,
-    check_outcome,
-    load_step_table,
-)
+from policies.feedback import FinishedView
+from policies.speculative import SpeculationPolicy, SpeculativeHostConfig
+from policies.speculative.host import SpeculationHost, seed_from_table
 
 if TYPE_CHECKING:
     from bench.config import BenchSettings
@@ -85,6 +77,7 @@ class AcceptanceProcess:
         return self._stream(rid)[0]
 
     def forget(self, rid: str) -> None:
+        """Drop ``rid``'s stream (it finished)."""
         self._streams.pop(rid, None)
 
     def _stream(self, rid: str) -> tuple[float, random.Random]:
@@ -101,31 +94,28 @@ class SpeculationSeam:
     """The decode-step seam: asks the policy, draws acceptance, reports outcomes."""
 
     def __init__(self, policy: SpeculationPolicy, host: SpeculativeHostConfig, sim: SpecSimConfig) -> None:
-        self.policy = policy
-        self.candidates = host.candidates
+        self.host = SpeculationHost(policy, host.candidates)
         self.sim = sim
         self.acceptance = AcceptanceProcess(MEAN_ACCEPTANCE[sim.acceptance], sim.acceptance_seed,
                                             host.max_draft_tokens)
-        self._current = 0
-        self._observer = policy if isinstance(policy, ObservesSpecOutcome) else None
         self._counts = {SPEC_STEPS: 0, SPEC_DRAFTED: 0, SPEC_ACCEPTED: 0}
 
     def plan_step(self, batch: Sequence[SimRequest]) -> tuple[int, float]:
-        view = SpecStepView(decode_batch_size=len(batch), candidates=self.candidates, current=self._current)
-        k = check_decision(view, self.policy.needs, self.policy.draft_length(view)).draft_tokens
+        k = self.host.ask(len(batch))
         return k, k * (self.sim.draft_s_per_step + self.sim.draft_s_per_token * len(batch))
 
     def step_verified(self, batch: Sequence[SimRequest], draft: int, step_s: float) -> list[int]:
         runs = [self.acceptance.run(r.rid) for r in batch]
         accepted = [min(a, draft) for a in runs]
-        self._current = draft
+        self.host.report(draft, accepted, step_s)
         self._counts[SPEC_STEPS] += 1
         self._counts[SPEC_DRAFTED] += draft * len(batch)
         self._counts[SPEC_ACCEPTED] += sum(accepted)
-        if self._observer is not None:
-            timed = step_s if self.policy.needs.step_timing else 0.0
-            self._observer.observe_step(check_outcome(SpecOutcome(len(batch), draft, tuple(accepted), timed)))
         return accepted
+
+    def observe_finished(self, view: FinishedView) -> None:
+        """A request left: its acceptance stream is dropped (a long trace would keep them all)."""
+        self.acceptance.forget(view.rid)
 
     def counters(self) -> dict[str, int]:
         return dict(self._counts)
@@ -141,13 +131,12 @@ class _SpeculativeBinding:
         host: SpeculativeHostConfig = spec.host_settings()
         policy = build_policy(spec)
         try:
-            table = load_step_table(host.table_path)
+            seed_from_table(policy, host.table_path)
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
-        if table is not None and isinstance(policy, TakesStepTable):
-            policy.seed_step_times(table)
-        parts.seams.append(SpeculationSeam(policy, host, settings.sim.spec))
-
+        seam = SpeculationSeam(policy, host, settings.sim.spec)
+        parts.seams.append(seam)
+        parts.observers.append(seam)
 
 
 BINDING = _SpeculativeBinding()

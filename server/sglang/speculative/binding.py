@@ -19,22 +19,14 @@ from typing import TYPE_CHECKING
 
 from compose.config import ConfigError
 from compose.specs import build_policy
-from policies.speculative import SpeculativeHostConfig, StepTimeTable, TakesStepTable, load_step_table
+from policies.speculative import SpeculativeHostConfig, load_step_table
+from policies.speculative.host import seed_from_table
 from server.sglang.launch.binding import LaunchFields, SchedulerParts
 from server.sglang.speculative.symbols import SPECULATIVE_SYMBOLS
 
 if TYPE_CHECKING:
     from compose.specs import PolicySpec
     from server.resolve import LaunchPlan
-
-
-def read_table(host: SpeculativeHostConfig) -> StepTimeTable | None:
-    """The offline table ``speculative.table_path`` names (``None``: none); a
-    ``ConfigError`` naming the field if it cannot be read or parsed."""
-    try:
-        return load_step_table(host.table_path)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
 
 
 class SpeculativeBinding:
@@ -53,7 +45,10 @@ class SpeculativeBinding:
                 f"invalid value for 'speculative.algorithm': {host.algorithm} (a draft model) is not served yet: "
                 "SGLang's CPU attention refuses draft models and the GPU path has not run on a GPU; "
                 "use speculative.algorithm=NGRAM")
-        read_table(host)
+        try:
+            load_step_table(host.table_path)  # NOTE: refused here, before SGLang starts
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
         require = launch.require
         require("speculative_algorithm", ALGORITHM, why)
         require("speculative_num_draft_tokens", host.max_draft_tokens + 1,
@@ -77,10 +72,11 @@ class SpeculativeBinding:
         algorithm.register_algorithm()
         host: SpeculativeHostConfig = spec.host_settings()
         policy = build_policy(spec)
-        table = read_table(host)
-        if table is not None and isinstance(policy, TakesStepTable):
-            policy.seed_step_times(table)
-        worker.HOST = DraftLengthHost(policy, host.max_draft_tokens, host.step_log)
+        try:
+            seed_from_table(policy, host.table_path)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+        worker.HOST = DraftLengthHost(policy, host.candidates, host.step_log)
         parts.policies.append(policy)
         parts.installed.append(f"speculative={spec.target}")
 
