@@ -1,1 +1,2 @@
-"""Speculative decoding on the CPU engine: pure-torch versions of the sgl_kernel ops it calls."""
+"""``+speculative`` in SGLang: the NGRAM worker with a per-step draft length, its plugin
+algorithm, and what the CPU path lacks (torch kernels, the tree-masked verify)."""

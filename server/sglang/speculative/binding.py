@@ -33,7 +33,8 @@ class SpeculativeBinding:
     """``+speculative``: NGRAM with a per-step draft length."""
 
     symbols = SPECULATIVE_SYMBOLS
-    """Its rows of the hook contract (SGLang's speculative registry, NGRAM worker, CPU kernels)."""
+    """Its rows of the hook contract (SGLang's speculative registry, NGRAM worker, torch-native
+    verify); the CPU kernels' importers are checked by ``kernels.install``."""
 
     def launch(self, spec: PolicySpec, launch: LaunchFields) -> None:
         from server.sglang.speculative.algorithm import ALGORITHM
