@@ -25,29 +25,26 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.nn.functional import scaled_dot_product_attention
 
+from kernels.segment_mask import masked_attention, prefix_mask
 from server.sglang.speculative.symbols import VERIFY_TARGET
 
 
 def tree_verify_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                           req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
-                          tree_mask: torch.Tensor, draft: int, scaling: float | None, enable_gqa: bool) -> torch.Tensor:
+                          tree_mask: torch.Tensor, draft: int, scaling: float | None) -> torch.Tensor:
     """Attention of ``bs * draft`` verify queries (``[tokens, heads, dim]``) over each
-    request's cached prefix plus its draft nodes, masked by its tree (see module docs)."""
+    request's cached prefix plus its draft nodes, masked by its tree (see module docs):
+    ``kernels.segment_mask``'s attention under ``prefix_mask`` (GQA from the head counts)."""
     bs = int(seq_lens.shape[0])
     out = torch.empty((query.shape[0], query.shape[1], v_cache.shape[-1]), dtype=query.dtype, device=query.device)
     trees = tree_mask.reshape(bs, draft, draft).to(torch.bool)
     for i in range(bs):
         prefix = int(seq_lens[i])
         slots = req_to_token[req_pool_indices[i], : prefix + draft]
-        q = query[i * draft:(i + 1) * draft].movedim(0, 1)  # [heads, d, dim]
-        k = k_cache[slots].movedim(0, 1).to(q.dtype)
-        v = v_cache[slots].movedim(0, 1).to(q.dtype)
-        mask = torch.cat((torch.ones((draft, prefix), dtype=torch.bool, device=q.device), trees[i]), dim=1)
-        o = scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), attn_mask=mask,
-                                         scale=scaling, enable_gqa=enable_gqa)
-        out[i * draft:(i + 1) * draft] = o.squeeze(0).movedim(0, 1)
+        rows = slice(i * draft, (i + 1) * draft)
+        out[rows] = masked_attention(query[rows], k_cache[slots].to(query.dtype), v_cache[slots].to(query.dtype),
+                                     prefix_mask(prefix, trees[i]), scaling)
     return out
 
 
@@ -70,8 +67,7 @@ def forward_extend_with_verify(original: Any, backend: Any, q: torch.Tensor, k: 
         backend.token_to_kv_pool.get_key_buffer(layer.layer_id),
         backend.token_to_kv_pool.get_value_buffer(layer.layer_id),
         backend.req_to_token_pool.req_to_token, forward_batch.req_pool_indices, forward_batch.seq_lens,
-        spec.custom_mask, int(spec.draft_token_num), layer.scaling,
-        layer.tp_q_head_num != layer.tp_k_head_num)
+        spec.custom_mask, int(spec.draft_token_num), layer.scaling)
     return out.reshape(q.shape[0], layer.tp_q_head_num * layer.v_head_dim)
 
 
