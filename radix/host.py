@@ -10,6 +10,12 @@ the oldest ones first (ties: smaller node id first); the tree prunes a node
 a dropped copy leaves useless. A split of a held node splits its copy; both
 parts keep its age.
 
+NOTE: a lock keeps a node's place, not its copy: making room for a restore
+or refill may drop copies on the locked path itself (oldest first, locked or
+not), so a restorer reads what is held after making room (the server's
+``restore_host_run``, the simulator's ``fill_path``) and recomputes the rest;
+``GapTree.unlock`` prunes a node such a drop left useless.
+
 ``NOTE`` (invariants ``GapTree.check`` asserts)::
 
     used = sum(n.num_tokens for held n) <= capacity    held n  =>  n.hollow

@@ -347,6 +347,25 @@ def test_a_split_of_a_held_node_keeps_its_age_and_drops_the_older_part_first():
     t.check()
 
 
+def test_making_room_may_drop_the_copy_of_a_locked_node_which_is_then_recomputed():
+    """A lock keeps a node's place, not its host copy (radix.host): offloading
+    another node to make room drops the oldest copy even if it is on the locked
+    path; the refill then restores nothing and recomputes it."""
+    t = GapTree(PenelopePolicy(), CheckedKeys(), key(), unit_tokens=4, host=HostTier(40))
+    t.insert(key(1, 2, 3, 4), 0.0, session="a")
+    assert t.evict(16) == 16
+    _, held = t.match(key(1, 2, 3, 4), 1.0)
+    assert held.on_host and t.host.used == 16
+    t.insert(key(5, 6, 7, 8, 9, 10, 11), 2.0, session="b")
+    t.lock(held)  # a refill locks its path, then makes room for its 16 tokens
+    assert t.evict(16) == 28 and t.host.used == 28  # b's 28 tokens held: a's older copy dropped
+    assert held.attached and held.hollow and not held.on_host
+    t.check()
+    assert t.fill(held, restore=True) == [held] and t.host.num_restored_tokens == 0
+    t.unlock(held)
+    t.check()
+
+
 def slot_tree(policy, pool_size: int = 256, host_tier_tokens: int = 0):
     pool = SlotPool(pool_size)
     t = GapTree(policy, CheckedKeys(), key(), slots=PoolSlots(pool),
@@ -562,14 +581,9 @@ class Harness:
             node, matched = (path[gap - 1], path[gap - 1].end) if gap else (self.tree.root, 0)
         self.tree.lock(node)
         need = self.tree.hollow_tokens(node)
-        if need:
-            before = self.tree.host.num_restored_tokens if self.tree.host else 0
-            held = sum(n.num_tokens for n in self.tree.path(node) if n.hollow and n.on_host)
-            if not self.refill_gaps(node, need):
-                self.tree.unlock(node)
-                return
-            if self.tree.host is not None:
-                assert self.tree.host.num_restored_tokens == before + held
+        if need and not self.refill_gaps(node, need):
+            self.tree.unlock(node)
+            return
         assert self.tree.hollow_tokens(node) == 0
         own_tokens = len(ids) * self.unit - matched * self.unit
         own = self.alloc(own_tokens)
@@ -587,15 +601,29 @@ class Harness:
             if self.alloc(need) is None:
                 return False
             self.private -= need  # NOTE: the slots go to the tree with the fill
-            filled = self.tree.fill(node, restore=True)
+            filled = self.refill(node)
             assert sum(n.num_tokens for n in filled) == need
             return True
         for s, e in merge_ranges((n.start, n.end) for n in self.tree.path_to(node) if n.hollow):
             slots = self.alloc(e - s)
             if slots is None:
                 return False
-            assert [(n.start, n.end) for n in self.tree.fill(node, slots, s, e, restore=True)] != []
+            assert [(n.start, n.end) for n in self.refill(node, slots, s, e)] != []
         return True
+
+    def refill(self, node: Node, slots=None, start: int = 0, end: int | None = None) -> list[Node]:
+        """``fill(restore=True)`` of the locked path to ``node`` (room already made):
+        it restores exactly the copies the host tier holds now, the rest is recomputed."""
+        host = self.tree.host
+        before = host.num_restored_tokens if host is not None else 0
+        # NOTE: invariant: held is counted after making room, never before: making
+        # room drops the tier's oldest copies, a lock does not keep them (radix.host)
+        held = sum(n.num_tokens for n in self.tree.path(node)
+                   if n.on_host and (end is None or (n.end > start and n.start < end)))
+        filled = self.tree.fill(node, slots, start, end, restore=True)
+        if host is not None:
+            assert host.num_restored_tokens == before + held
+        return filled
 
     def finish(self, i: int) -> None:
         if not self.live:
@@ -763,6 +791,19 @@ def test_invariants_hold_under_random_agent_sessions(steps, policy, slots, unit,
     request's gap refill fills exactly its gaps, and a restore exactly the held
     run; everything is evictable once every request is done."""
     Harness(policy, slots, 1 if slots else unit, host, touch_remainder).run(steps)
+
+
+def test_a_refill_counts_as_restored_only_the_copies_left_after_making_room():
+    """Found by the property test above (penelope, 4 tokens a unit, a 40-token
+    host tier): the last start locks a held gap, and making room for its
+    refill offloads another node, which drops that gap's older copy. The
+    refill restores exactly the copies held once the room is made (none
+    here); the harness once counted them before and expected 16."""
+    steps = [("start", 0, 12, 1.0, False), ("start", 2, 4, 1.0, False), ("finish", 1),
+             ("turn", 0, 7), ("start", 0, 12, 0.375, False), ("start", 2, 1, 1.0, True)]
+    h = Harness(PenelopePolicy(), False, 4, 40, touch_remainder=True)
+    h.run(steps)
+    assert h.tree.host.num_restored_tokens == 0 and h.tree.host.num_stored_tokens > 0
 
 
 def test_sessions_count_only_where_they_inserted_through():
