@@ -82,6 +82,9 @@ REFUSALS: tuple[Refusal, ...] = (
     Refusal("speculation-on-rounds", "speculative", ModelKind.diffusion, lambda needs: True,
             "+speculative ({option}) is not supported for {short}: its blocks are denoised in rounds, "
             "not drafted and verified token by token"),
+    Refusal("decisions-on-rounds", "decisions", ModelKind.diffusion, lambda needs: True,
+            "+decisions ({option}) is not supported for {short}: SGLang's /v1/decisions scores "
+            "next-token labels, which a diffusion LM does not produce"),
     Refusal("rounds-on-tokens", "policy", ModelKind.autoregressive, lambda needs: not needs.autoregressive,
             "+policy ({option}) schedules a diffusion LM's block rounds, but {described}: {to_diffusion}"),
     Refusal("shared-rounds-on-renoise", "policy", ModelKind.diffusion,

@@ -99,6 +99,8 @@ KINDS: tuple[Kind, ...] = (
     Kind("speculative", "speculative", "SpeculationPolicy", "SpeculativeNeeds",
          "server.sglang.speculative.binding:BINDING", "bench.sim.speculative:BINDING",
          host_settings=SpeculativeHostConfig),
+    Kind("decisions", "decisions", "DecisionsPolicy", "DecisionsNeeds",
+         "server.sglang.decisions.binding:BINDING", "bench.sim.decisions:BINDING"),
 )
 
 #: Every registered kind by config group, in the order hosts apply them

@@ -11,19 +11,23 @@ class SeparatePolicy:
 
     On the server this is SGLang's own route, untouched (``needs.packed_forward``
     is off; ``in_batch_prefix_caching`` only sets ``--schedule-policy lpm``); this
-    object is its twin in the simulator, modelling the two orders:
+    object is its twin in the simulator, modelling SGLang 0.5.23's two orders:
 
-    * ``fcfs`` (``in_batch_prefix_caching=False``): questions in arrival order
-      while they fit; every prompt of a request in the same pass computes the
-      context again, unless an earlier pass left it cached.
-    * ``lpm`` (``True``): requests whose context is cached go first (longest
-      prefix match), and of a request whose context is not cached only its
-      first question runs in a pass (SGLang's in-batch prefix caching
-      deprioritises the prompts sharing its prefix); the rest hit the cache next.
+    * ``fcfs`` (``in_batch_prefix_caching=False``): prompts in arrival order
+      while they fit; every prompt in a pass computes its context again, unless
+      an earlier pass left it cached (contexts enter the tree when a request
+      finishes).
+    * ``lpm`` (``True``): prompts whose context is cached first (longest prefix
+      match); then the first prompt of each context not cached; then the other
+      prompts of those contexts, which SGLang's in-batch prefix caching only
+      *deprioritises* (``schedule_policy._sort_by_longest_prefix``): nothing
+      in the prefill walk holds them back, so while the budget lasts they join
+      the same pass and compute the context again.
 
     NOTE: the twin stops at the first prompt that does not fit; SGLang would
     chunk it into the pass. The tokens computed are the same; only when the
-    last prompt's tokens finish differs.
+    last prompt's tokens finish differs. SGLang's ``lpm`` turns into ``fcfs``
+    above 128 queued requests; the twin does not.
     """
 
     def __init__(self, in_batch_prefix_caching: bool = False) -> None:
@@ -35,37 +39,32 @@ class SeparatePolicy:
         """Unpacked prompts; the schedule policy the modelled order assumes."""
 
     def next_pack(self, view: PackView) -> Pack:
-        order = list(view.pending)
-        if self.in_batch_prefix_caching:
-            order.sort(key=lambda r: not r.context_cached)  # stable: arrival order within each
         left = view.token_budget
-        groups: list[Group] = []
-        for request in order:
-            take, used, full = self._questions(request, left)
-            if take:
-                groups.append(Group(request.request_id, take))
-                left -= used
-            if full:
+        chosen: dict[str, list[int]] = {}
+        for request, (i, tokens) in self._queue(view):
+            cost = tokens + (0 if request.context_cached else request.context_tokens)
+            if cost > left:
                 break
-        if not groups and view.pending:
+            chosen.setdefault(request.request_id, []).append(i)
+            left -= cost
+        if not chosen and view.pending:
             # NOTE: progress (a prompt over the whole budget is refused at arrival).
             first = view.pending[0]
-            groups.append(Group(first.request_id, (first.question_tokens[0][0],)))
-        return Pack(tuple(groups))
+            chosen[first.request_id] = [first.question_tokens[0][0]]
+        order = [r.request_id for r in view.pending if r.request_id in chosen]
+        return Pack(tuple(Group(rid, tuple(sorted(chosen[rid]))) for rid in order))
 
-    def _questions(self, request: PendingDecision, left: int) -> tuple[tuple[int, ...], int, bool]:
-        """The request's questions that join this pass, their tokens, and whether
-        a prompt did not fit (the pass is full: in queue order, nothing after it
-        joins)."""
-        one_only = self.in_batch_prefix_caching and not request.context_cached
-        context = 0 if request.context_cached else request.context_tokens
-        take: list[int] = []
-        used = 0
-        for i, t in request.question_tokens:
-            if used + context + t > left:
-                return tuple(take), used, True
-            take.append(i)
-            used += context + t
-            if one_only:
-                break
-        return tuple(take), used, False
+    def _queue(self, view: PackView) -> list[tuple[PendingDecision, tuple[int, int]]]:
+        """Every pending prompt in the order SGLang's walk meets them."""
+        prompts = [(r, q) for r in view.pending for q in r.question_tokens]
+        if not self.in_batch_prefix_caching:
+            return prompts
+        heads = {r.request_id: r.question_tokens[0] for r in view.pending}
+
+        def rank(item: tuple[PendingDecision, tuple[int, int]]) -> int:
+            request, question = item
+            if request.context_cached:
+                return 0
+            return 1 if heads[request.request_id] == question else 2
+
+        return sorted(prompts, key=rank)  # stable: arrival order within each rank

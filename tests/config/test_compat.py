@@ -40,6 +40,7 @@ REFUSED: dict[tuple[str, str, str], str] = {
     **{("adapters", o, m): "adapters-on-rounds" for o in ("lora", "scute") for m in DIFFUSION},
     **{("speculative", o, m): "speculation-on-rounds" for o in ("sglang_adaptive", "static", "table", "tabletune")
        for m in DIFFUSION},
+    **{("decisions", o, m): "decisions-on-rounds" for o in ("flide", "separate") for m in DIFFUSION},
 }
 
 
@@ -72,6 +73,8 @@ THROUGH_HOSTS = [
      "disables LoRA on its dLLM path"),
     ("speculation-on-rounds", ["model=sdar_tiny", "+speculative=tabletune"],
      ["sim.dllm.enabled=true", "+speculative=tabletune"], "denoised in rounds, not drafted"),
+    ("decisions-on-rounds", ["model=sdar_tiny", "+decisions=flide"], ["sim.dllm.enabled=true", "+decisions=flide"],
+     "which a diffusion LM does not produce"),
 ]
 
 

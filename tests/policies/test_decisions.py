@@ -59,12 +59,15 @@ def test_separate_fcfs_pays_the_context_per_prompt_and_stops_in_queue_order() ->
     assert pack_tokens(v, pack, packed=False) == 930
 
 
-def test_separate_lpm_runs_one_prompt_per_uncached_context_and_cached_ones_first() -> None:
+def test_separate_lpm_puts_cached_contexts_then_one_prompt_per_context_first() -> None:
     policy = SeparatePolicy(in_batch_prefix_caching=True)
     assert policy.needs.schedule_policy == "lpm" and not policy.needs.packed_forward
-    v = view(request("a", 300, [10] * 5), request("b", 200, [10] * 3, cached=True))
+    v = view(request("a", 300, [10] * 5), request("b", 200, [10] * 3, cached=True), request("c", 100, [10] * 3))
     pack = policy.next_pack(v)
-    assert pack.groups == (Group("b", (0, 1, 2)), Group("a", (0,)))
+    # b's three cached prompts (30), a's and c's heads (310 + 110), then a's second (310); a's third
+    # would not fit the 240 left: SGLang only deprioritises the prompts sharing a's prefix
+    assert pack.groups == (Group("a", (0, 1)), Group("b", (0, 1, 2)), Group("c", (0,)))
+    assert pack_tokens(v, pack, packed=False) == 30 + 310 + 110 + 310
 
 
 def test_check_pack_refuses_what_a_host_cannot_run() -> None:

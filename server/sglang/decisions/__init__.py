@@ -1,0 +1,1 @@
+"""The decisions kind on the server (``+decisions``): ``/v1/decisions`` packed (Flide)."""
