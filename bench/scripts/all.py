@@ -72,6 +72,8 @@ TABLES: tuple[Table, ...] = (
     Table("router", ("bench.scripts.router",), ("router.md",)),
     Table("dwise", ("bench.scripts.dwise",), ("dwise.md",)),
     Table("speculative_sim", ("bench.scripts.speculative_sim",), ("speculative_sim.md",)),
+    Table("decisions_sim", ("bench.scripts.decisions_sim", "--out", "bench/results/decisions_sim.md"),
+          ("decisions_sim.md",)),
     Table("dwise_estimators", ("bench.scripts.dwise_fit",), ("dwise_estimators.json",), live=True),
     # NOTE: after ``dwise``: fills the live section of the file ``dwise`` writes (which keeps it)
     Table("dwise_live", ("bench.scripts.dwise_live",), ("dwise.md",), live=True),

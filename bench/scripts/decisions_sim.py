@@ -18,8 +18,10 @@ timed by the profile's cost model. Rows:
 * ``separate fcfs``: SGLang's ``/v1/decisions`` (one ``context + question`` prompt
   per question), its default order: prompts of one call in the same pass each
   compute the context, unless an earlier pass cached it;
-* ``separate lpm``: the same with ``--schedule-policy lpm`` (in-batch prefix
-  caching: the context once, the other questions follow on the cache);
+* ``separate lpm``: the same with ``--schedule-policy lpm``: cached contexts
+  first, then one prompt per uncached context; SGLang 0.5.23's in-batch prefix
+  caching only deprioritises the other prompts sharing a prefix, so while the
+  budget lasts they join the same pass and compute the context again;
 * ``multi-item``: SGLang's ``/v1/score`` multi-item scoring (``--enable-mis``), a
   cost model of it: the context and every question plus a delimiter in one
   sequence, radix cache off;
