@@ -45,8 +45,10 @@ from kernels.segment_mask.reference import (
     prefix_mask,
     ragged_masked_attention,
     readout_indices,
+    segment_attention,
     segment_mask,
 )
 
 __all__ = ["CONTEXT", "causal_mask", "check_segment_ids", "masked_attention", "packed_positions",
-           "packed_segment_ids", "prefix_mask", "ragged_masked_attention", "readout_indices", "segment_mask"]
+           "packed_segment_ids", "prefix_mask", "ragged_masked_attention", "readout_indices", "segment_attention",
+           "segment_mask"]

@@ -174,3 +174,49 @@ def ragged_masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q
         outs.append(masked_attention(q[qo:qo + nq], k[kv:kv + nk], v[kv:kv + nk], allowed, scale))
         qo, kv = qo + nq, kv + nk
     return torch.cat(outs) if outs else q.new_empty((0, q.shape[1], v.shape[2]))
+
+
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None, causal: bool = False,
+          mask: torch.Tensor | None = None) -> torch.Tensor:
+    """SDPA over ``[tokens, heads, dim]`` tensors (GQA from the head counts)."""
+    out = scaled_dot_product_attention(q.movedim(0, 1).unsqueeze(0), k.movedim(0, 1).unsqueeze(0),
+                                       v.movedim(0, 1).unsqueeze(0), attn_mask=mask, is_causal=causal,
+                                       scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+    return out.squeeze(0).movedim(0, 1)
+
+
+def segment_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segment_ids: torch.Tensor,
+                      scale: float | None = None) -> torch.Tensor:
+    """``masked_attention(q, k, v, segment_mask(segment_ids, len(q)), scale)`` without
+    the dense ``[nq, n]`` mask: the context's queries in one causal pass over the
+    context, then each question's over the context and itself (the CPU path:
+    the dense mask's math kernel costs ``O(n^2)`` memory per head and layer).
+
+    NOTE: the same sums over the same keys as the dense form, block by block;
+    only the order of floating-point reductions may differ (~1e-7 in float32)."""
+    check_segment_ids(segment_ids)
+    n, nq = int(segment_ids.shape[0]), int(q.shape[0])
+    if k.shape[0] != n or not 0 <= nq <= n:
+        raise ValueError(f"{n} segment ids for {k.shape[0]} keys and {nq} queries")
+    out = q.new_empty((nq, q.shape[1], v.shape[2]))
+    start = n - nq  # the first query's position in the sequence
+    context = int((segment_ids == CONTEXT).sum())
+    if start < context:  # some context tokens are queries
+        rows = slice(0, context - start)
+        if start == 0:
+            out[rows] = _sdpa(q[rows], k[:context], v[:context], scale, causal=True)
+        else:
+            out[rows] = masked_attention(q[rows], k[:context], v[:context], causal_mask(context - start, context,
+                                                                                           q.device), scale)
+    ids = segment_ids[context:]
+    for s in torch.unique_consecutive(ids).tolist():
+        own = torch.nonzero(ids == s).flatten() + context
+        first, last = int(own[0]), int(own[-1]) + 1
+        lo = max(first, start)
+        if lo >= last:
+            continue
+        keys = torch.cat((torch.arange(context, device=q.device), own))
+        allowed = prefix_mask(context, torch.ones((last - first, last - first), dtype=torch.bool,
+                                                  device=q.device).tril())[lo - first:]
+        out[lo - start:last - start] = _sdpa(q[lo - start:last - start], k[keys], v[keys], scale, mask=allowed)
+    return out

@@ -19,6 +19,7 @@ from kernels.segment_mask import (
     prefix_mask,
     ragged_masked_attention,
     readout_indices,
+    segment_attention,
     segment_mask,
 )
 from kernels.segment_mask.gpu_check import main as gpu_check_main
@@ -123,6 +124,24 @@ def test_a_cached_context_gives_the_same(context_len, qlens, heads, seed):
     # the same mask, as a verify would build it: the whole prefix, then block-causal questions
     inner = torch.block_diag(*[torch.ones(m, m, dtype=torch.bool).tril() for m in [0, *qlens]])
     assert torch.equal(allowed, prefix_mask(context_len, inner))
+
+
+@settings(max_examples=40, deadline=None)
+@given(context_len=st.integers(0, 120), qlens=questions, heads=layers, seed=st.integers(0, 2**16),
+       data=st.data())
+def test_the_blockwise_form_equals_the_dense_mask(context_len, qlens, heads, seed, data):
+    """``segment_attention`` (the CPU path) = ``masked_attention`` under ``segment_mask``, for
+    every number of queries a pass can have (a cached prefix of the context, or none)."""
+    seg = packed_segment_ids(context_len, qlens)
+    n = int(seg.numel())
+    if n == 0:
+        return
+    nq = data.draw(st.integers(n - context_len if context_len < n else 1, n), label="queries")
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(nq, heads[0], 8, generator=g)
+    k, v = torch.randn(n, heads[1], 8, generator=g), torch.randn(n, heads[1], 8, generator=g)
+    torch.testing.assert_close(segment_attention(q, k, v, seg),
+                               masked_attention(q, k, v, segment_mask(seg, num_queries=nq)), **TOL)
 
 
 @settings(max_examples=40, deadline=None)

@@ -4,8 +4,9 @@ A batch with packed rows (filed by request id when the batch was built:
 ``layout.packed_rows``) is answered here; every other batch goes to SGLang. Per row: the keys are the
 row's cached prefix plus its new tokens (written to the KV pool first, as
 SGLang writes an extend's); a packed row's queries see the context and their
-own question only (``kernels.segment_mask.segment_mask``), any other row's are
-causal, as SGLang's own. Rotary positions were rewritten with the batch.
+own question only (``kernels.segment_mask.segment_attention``: the context
+causal in one pass, then each question over the context and itself), any other
+row's are causal, as SGLang's own. Rotary positions were rewritten with the batch.
 
 NOTE: causality is by packed order (a query never sees a later token), the
 positions are the question's own (continuing from the context's end): the two
@@ -19,7 +20,7 @@ from typing import Any
 
 import torch
 
-from kernels.segment_mask import causal_mask, masked_attention, segment_mask
+from kernels.segment_mask import segment_attention
 from server.sglang.decisions.layout import PackedRow, packed_rows
 
 
@@ -34,10 +35,10 @@ def packed_extend_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache:
     for i, (prefix, n) in enumerate(zip(prefix_lens, extend_lens, strict=True)):
         slots = req_to_token[req_pool_indices[i], : prefix + n]
         row = rows.get(i)
-        allowed = (causal_mask(n, prefix + n, query.device) if row is None
-                   else segment_mask(row.layout.segment_ids().to(query.device), num_queries=n))
-        out[start:start + n] = masked_attention(query[start:start + n], k_cache[slots].to(query.dtype),
-                                                v_cache[slots].to(query.dtype), allowed, scaling)
+        # NOTE: a row that is not packed is all context: plain causal attention
+        segments = (torch.zeros(prefix + n, dtype=torch.long) if row is None else row.layout.segment_ids())
+        out[start:start + n] = segment_attention(query[start:start + n], k_cache[slots].to(query.dtype),
+                                                 v_cache[slots].to(query.dtype), segments.to(query.device), scaling)
         start += n
     return out
 
