@@ -136,11 +136,6 @@ def resolve(cfg: DictConfig) -> LaunchPlan:
     if source is not None and cfg.model.source.kind == SourceKind.random_sdar and cfg.model.dllm_algorithm is None:
         raise ConfigError("model.source.kind=random_sdar builds a diffusion LM: set model.dllm_algorithm "
                           "(e.g. LowConfidence)")
-    if source is not None and cfg.model.source.kind == SourceKind.random_lfm2:
-        # NOTE: the checkpoint is generated (tests, research); serving it needs SGLang's
-        # hybrid CPU path set up (Triton interpreter, float32 conv state, stand-in ops).
-        raise ConfigError("model.source.kind=random_lfm2 (model=lfm2_tiny) is not served yet: SGLang's hybrid "
-                          "CPU path is not set up by Switchboard; use it through compose.model only")
     return LaunchPlan(
         device=device,
         model_path=model_path,

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from compose import model as model_cache
 from compose import model_lfm2
-from compose.config import ConfigError, compose
+from compose.config import compose
 from compose.schema import DType, ModelSource, SourceKind
 from server.resolve import resolve
 
@@ -74,9 +74,9 @@ def test_lfm2_tiny_composes_to_an_autoregressive_model():
     # The donor is the default model's wheel.
     for key in ("package", "version", "wheel_sha256", "gguf_member"):
         assert model.source[key] == default.source[key], key
-    # NOTE: generated for tests; the server refuses it until SGLang's hybrid CPU path is set up
-    with pytest.raises(ConfigError, match="not served yet"):
-        resolve(compose(["model=lfm2_tiny", "server.device=cpu"]))
+    plan = resolve(compose(["model=lfm2_tiny", "server.device=cpu"]))
+    assert not plan.is_diffusion and plan.sglang["served_model_name"] == "lfm2-tiny"
+    assert plan.default_model is not None and plan.default_model["kind"] == "random_lfm2"
 
 
 def test_cache_directory_names_recipe_seed_and_donor(tmp_path, monkeypatch):

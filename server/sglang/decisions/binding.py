@@ -5,14 +5,15 @@
 answers the route by packing (``serving.py``, in the HTTP process) and runs
 the packed sequences exactly inside SGLang's scheduler: positions and
 readouts (``layout.py``), the segment mask in the torch-native attention
-(``attention.py``), whole admission and context-only caching
-(``admission.py``).
+(``attention.py``), each question's short convolutions restarted from the
+context's end on LFM2 (``conv.py``), whole admission and context-only
+caching (``admission.py``).
 
 NOTE: packing runs on SGLang's torch-native attention (the CPU path) only:
 on a GPU SGLang's FlashInfer/Triton backends would not apply the mask, and
 ``kernels/segment_mask``'s FlashInfer path has not run on a GPU, so a packed
-option on another backend is refused at launch. A recurrent (hybrid) model
-keeps SGLang's own scoring until its state restart is served.
+option on another backend is refused at launch. A hybrid model other than
+LFM2 (``serving.RESTARTABLE``) keeps SGLang's own scoring.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class DecisionsBinding:
         if needs.packed_forward:
             from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-            from server.sglang.decisions import serving
+            from server.sglang.decisions import conv, serving
             from server.sglang.decisions.admission import PackedAdmission
             from server.sglang.decisions.attention import forward_extend_packed
             from server.sglang.decisions.layout import after_init_new
@@ -67,6 +68,7 @@ class DecisionsBinding:
             HookRegistry.register(SCORE_TARGET, serving.packed_score, HookType.AROUND)
             HookRegistry.register(INIT_NEW_TARGET, after_init_new, HookType.AFTER)
             HookRegistry.register(EXTEND_TARGET, forward_extend_packed, HookType.AROUND)
+            conv.install()
             parts.seams.append(PackedAdmission)
         parts.installed.append(f"decisions={spec.target}")
 

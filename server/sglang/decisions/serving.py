@@ -59,8 +59,9 @@ class PackingHost:
 
     policy: DecisionsPolicy
     holds_context: bool = True
-    """The prefix cache keeps a computed context for the next pass (an attention
-    model); ``False`` for a model whose state is cached only at a request's end."""
+    """The prefix cache keeps a computed context for the next pass. NOTE: never
+    claimed for a recurrent model (``score(recurrent=True)``): its state is cached
+    only at a request's end, so a split request repeats its context."""
 
     def budget(self, server_args: Any) -> int:
         """The most tokens one packed sequence may hold: SGLang's chunk size (else its
@@ -69,7 +70,7 @@ class PackingHost:
         return int(chunk) if chunk is not None and chunk > 0 else int(server_args.max_prefill_tokens)
 
     async def score(self, serving: Any, prompts: list[list[int]], label_ids: list[list[int]], raw_request: Any,
-                    temperature: float) -> Any:
+                    temperature: float, recurrent: bool = False) -> Any:
         """SGLang's ``ScoreResult`` for the prompts, computed in packed passes."""
         from sglang.srt.managers.tokenizer_manager_score_mixin import ScoreResult
 
@@ -95,7 +96,7 @@ class PackingHost:
             done = {i for g in pack.groups for i in g.questions}
             request = PendingDecision(request.request_id, context,
                                       tuple(q for q in request.question_tokens if q[0] not in done),
-                                      request.arrived, self.holds_context)
+                                      request.arrived, self.holds_context and not recurrent)
         scores, token_logprobs = [], []
         for i, labels in enumerate(label_ids):
             lp = tm._extract_logprobs_for_tokens(rows[i], labels)
@@ -140,16 +141,28 @@ async def packed_score(original: Any, serving: Any, adapted_request: Any, raw_re
         # NOTE: /v1/systemone subclasses the route; it keeps SGLang's own scoring
         return await original(serving, adapted_request, raw_request, temperature)
     prompts, label_ids, images = await _encode_all(adapted_request)
-    if any(images) or len(prompts) < 2 or _recurrent(serving.tokenizer_manager.model_config):
+    model_config = serving.tokenizer_manager.model_config
+    if any(images) or len(prompts) < 2 or not _packable(model_config):
         return await original(serving, iter(list(zip(prompts, label_ids, images, strict=True))), raw_request,
                               temperature)
-    result = await HOST.score(serving, prompts, label_ids, raw_request, temperature)
+    result = await HOST.score(serving, prompts, label_ids, raw_request, temperature, _recurrent(model_config))
     return prompts, label_ids, result
 
 
+#: Hybrid architectures whose recurrent layers restart each packed question from the
+#: context's end (``conv.py``: LFM2's short convolutions).
+RESTARTABLE = frozenset({"Lfm2ForCausalLM"})
+
+
 def _recurrent(model_config: Any) -> bool:
-    """A hybrid model with recurrent layers: each question would need the recurrent
-    state at the context's end, which is not served yet (SGLang's own scoring then)."""
+    """A hybrid model with recurrent layers (SGLang's "mamba-ish" models)."""
     from sglang.srt.configs.hybrid_arch import mambaish_config
 
     return mambaish_config(model_config) is not None
+
+
+def _packable(model_config: Any) -> bool:
+    """Attention-only models, and hybrids whose recurrent layers restart per question;
+    any other hybrid keeps SGLang's own scoring (its state at the context's end
+    is not reachable mid-sequence)."""
+    return not _recurrent(model_config) or set(model_config.hf_config.architectures or ()) <= RESTARTABLE

@@ -16,6 +16,8 @@ SCORE_TARGET = f"{_SD}.OpenAIServingDecisions._score"
 INIT_NEW_TARGET = "sglang.srt.model_executor.forward_batch_info.ForwardBatch.init_new"
 #: The torch-native extend attention (``attention.py`` masks packed rows).
 EXTEND_TARGET = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_extend"
+#: LFM2's short conv (``conv.py`` restarts packed rows' questions from the context's end).
+CONV_TARGET = "sglang.srt.models.lfm2.Lfm2ShortConv.forward"
 
 DECISIONS_SYMBOLS: tuple[HookedSymbol, ...] = (
     # serving.py: the route, its encoder and SGLang's own score arithmetic
@@ -36,6 +38,18 @@ DECISIONS_SYMBOLS: tuple[HookedSymbol, ...] = (
     # attention.py: the segment mask
     HookedSymbol(EXTEND_TARGET, ("self", "q", "k", "v", "layer", "forward_batch", "save_kv_cache")),
     HookedSymbol("sglang.srt.mem_cache.memory_pool.KVWriteLoc"),
+    # conv.py: packed rows through LFM2's short conv (SGLang's varlen kernel, twice)
+    HookedSymbol(CONV_TARGET, ("self", "hidden_states", "forward_batch")),
+    HookedSymbol("sglang.srt.layers.attention.mamba.causal_conv1d.causal_conv1d_fn",
+                 ("x", "weight", "bias", "query_start_loc", "cache_indices", "has_initial_state", "conv_states",
+                  "activation", "pad_slot_id", "kwargs")),
+    HookedSymbol("sglang.srt.model_executor.forward_context.get_attn_backend", ()),
+    HookedSymbol("sglang.srt.layers.attention.hybrid_linear_attn_backend.ShortConvHybridAttnBackend"
+                 ".conv_state_metadata", ("self", "layer_id", "forward_batch")),
+    # NOTE: a NamedTuple's signature is its fields: layer_cache, cache_indices, has_initial_state are read
+    HookedSymbol("sglang.srt.layers.attention.linear.short_conv_backend.ShortConvMetadata",
+                 ("layer_cache", "cache_indices", "query_start_loc", "has_initial_state", "slot_ids_cpu",
+                  "has_prefix_cpu")),
     # admission.py: never chunk a packed request; insert only its context
     HookedSymbol(f"{POLICY}.PrefillAdder._select_prefill_admission",
                  ("self", "req", "total_tokens", "host_hit_length", "swa_host_hit_length",

@@ -20,6 +20,7 @@ from compose.config import ConfigError
 from compose.kinds import kinds
 from server.resolve import LaunchPlan
 from server.sglang.launch.binding import LaunchFields, chosen, server_binding
+from server.sglang.launch.hybrid import DEFAULT_STATE_SLOTS, cpu_hybrid
 
 
 class _RaisingParser(argparse.ArgumentParser):
@@ -42,6 +43,8 @@ def sglang_fields(plan: LaunchPlan) -> dict[str, Any]:
         # NOTE: CUDA graphs do not exist on CPU.
         fields.setdefault("cuda_graph_backend_decode", "disabled")
         fields.setdefault("cuda_graph_backend_prefill", "disabled")
+        if cpu_hybrid(plan.model_path):
+            fields.setdefault("max_mamba_cache_size", DEFAULT_STATE_SLOTS)
     return fields
 
 

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from server.resolve import LaunchPlan
+from server.sglang.launch.hybrid import cpu_hybrid, hybrid_env
 
 #: Path of the JSON ``LaunchPlan``; its presence is what activates the plugin.
 PLAN_ENV = "SWITCHBOARD_PLAN"
@@ -29,6 +30,8 @@ def child_env(plan: LaunchPlan, plan_path: Path, base: dict[str, str] | None = N
         env["CUDA_VISIBLE_DEVICES"] = ""
         paths = [str(SITE_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
         env["PYTHONPATH"] = os.pathsep.join(paths)
+        if cpu_hybrid(plan.model_path):
+            env.update(hybrid_env(plan.sglang.get("dtype")))
     if "cache" in plan.policies:
         # NOTE: SGLang's Rust tree core rejects eviction strategies it does not
         # know; the Python core runs any EvictionStrategy.

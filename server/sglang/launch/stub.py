@@ -73,6 +73,21 @@ PROVIDED: dict[str, dict[str, str]] = {
     "sgl_kernel.speculative": {
         "reconstruct_indices_from_tree_mask": "sglang.kernels.ops.speculative.reconstruct_tree",
     },
+    # NOTE: imported (unguarded) when SGLang builds a hybrid model's linear-attention
+    # backend (attention_registry); a short-conv model (LFM2) never calls them.
+    "sgl_kernel.mamba": {
+        "causal_conv1d_fn_cpu": "sglang.srt.layers.attention.linear.gdn_backend",
+        "causal_conv1d_update_cpu": "sglang.srt.layers.attention.linear.gdn_backend",
+        "chunk_gated_delta_rule_cpu": "sglang.srt.layers.attention.linear.kernels.gdn_triton",
+    },
+}
+
+#: ``torch.ops.sgl_kernel`` operators SGLang looks up unguarded on the CPU path (the
+#: same hybrid-model backend import), with the looking-up module: defined as
+#: stand-ins that raise when called (``define_stand_in_ops``).
+PROVIDED_OPS: dict[str, str] = {
+    "fused_gdn_gating_cpu": "sglang.srt.layers.attention.linear.gdn_backend",
+    "fused_sigmoid_gating_delta_rule_update_cpu": "sglang.srt.layers.attention.linear.kernels.gdn_triton",
 }
 
 #: Names (attributes or submodules) SGLang looks up at import inside
@@ -148,6 +163,10 @@ class _StubLoader(importlib.abc.Loader):
             setattr(module, attr, StandInKernel(name, attr))
         for attr, fn in _REAL.get(name, {}).items():
             setattr(module, attr, fn)
+        if "torch" in sys.modules:
+            # NOTE: SGLang looks its CPU operators up right after importing from
+            # sgl_kernel (gdn_triton, gdn_backend), torch long imported by then.
+            define_stand_in_ops()
 
         def __getattr__(attr: str) -> NoReturn:
             raise AttributeError(_refusal(f"{name}.{attr}"), name=attr, obj=module)
@@ -172,6 +191,20 @@ def install_sgl_kernel_stub() -> None:
         for name in [m for m in sys.modules if m.split(".")[0] in STUBBED_TOP_LEVEL]:
             del sys.modules[name]
         sys.meta_path.insert(0, _StubFinder())
+
+
+def define_stand_in_ops() -> None:
+    """Put ``PROVIDED_OPS`` on ``torch.ops.sgl_kernel`` as stand-ins that raise when called
+    (idempotent; an operator that exists, e.g. the real ``sgl_kernel``'s, is kept).
+
+    NOTE: SGLang reads them as attributes of the namespace (``torch.ops.sgl_kernel.X``)
+    and binds them; nothing dispatches through the operator registry."""
+    import torch
+
+    namespace = torch.ops.sgl_kernel
+    for name in PROVIDED_OPS:
+        if not hasattr(namespace, name):
+            setattr(namespace, name, StandInKernel("torch.ops.sgl_kernel", name))
 
 
 def provide_kernels(module: str, kernels: Mapping[str, Callable[..., Any]]) -> None:
