@@ -22,6 +22,7 @@ import torch
 
 from kernels.segment_mask import segment_attention
 from server.sglang.decisions.layout import PackedRow, packed_rows
+from server.sglang.torch_native import answer_extend
 
 
 def packed_extend_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -51,18 +52,9 @@ def forward_extend_packed(original: Any, backend: Any, q: torch.Tensor, k: torch
     rows = packed_rows(forward_batch.rids)
     if not rows:
         return original(backend, q, k, v, layer, forward_batch, save_kv_cache, **kwargs)
-    if layer.is_cross_attention or (layer.sliding_window_size is not None and layer.sliding_window_size > -1):
-        raise NotImplementedError("switchboard: packed decisions have no sliding-window or cross attention "
-                                  f"(layer {layer.layer_id}); serve this model without +decisions=flide")
-    from sglang.srt.mem_cache.memory_pool import KVWriteLoc
-
-    if save_kv_cache and k is not None and v is not None:
-        backend.token_to_kv_pool.set_kv_buffer(
-            layer, KVWriteLoc(forward_batch.out_cache_loc, backend.swa_out_cache_loc), k, v)
-    out = packed_extend_attention(
-        q.view(-1, layer.tp_q_head_num, layer.qk_head_dim),
-        backend.token_to_kv_pool.get_key_buffer(layer.layer_id),
-        backend.token_to_kv_pool.get_value_buffer(layer.layer_id),
-        backend.req_to_token_pool.req_to_token, forward_batch.req_pool_indices,
-        forward_batch.extend_prefix_lens_cpu, forward_batch.extend_seq_lens_cpu, rows, layer.scaling)
-    return out.reshape(q.shape[0], layer.tp_q_head_num * layer.v_head_dim)
+    return answer_extend(
+        backend, q, k, v, layer, forward_batch, save_kv_cache,
+        lambda query, k_cache, v_cache: packed_extend_attention(
+            query, k_cache, v_cache, backend.req_to_token_pool.req_to_token, forward_batch.req_pool_indices,
+            forward_batch.extend_prefix_lens_cpu, forward_batch.extend_seq_lens_cpu, rows, layer.scaling),
+        "packed decisions", "+decisions=flide")

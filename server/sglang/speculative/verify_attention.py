@@ -28,6 +28,7 @@ import torch
 
 from kernels.segment_mask import masked_attention, prefix_mask
 from server.sglang.speculative.symbols import VERIFY_TARGET
+from server.sglang.torch_native import answer_extend
 
 
 def tree_verify_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -53,22 +54,13 @@ def forward_extend_with_verify(original: Any, backend: Any, q: torch.Tensor, k: 
     """``forward_extend``, answering ``TARGET_VERIFY`` batches with the tree mask."""
     if not forward_batch.forward_mode.is_target_verify():
         return original(backend, q, k, v, layer, forward_batch, save_kv_cache)
-    if layer.is_cross_attention or (layer.sliding_window_size is not None and layer.sliding_window_size > -1):
-        raise NotImplementedError("switchboard: the CPU verify pass has no sliding-window or cross attention "
-                                  f"(layer {layer.layer_id}); serve this model without +speculative")
-    from sglang.srt.mem_cache.memory_pool import KVWriteLoc
-
-    if save_kv_cache and k is not None and v is not None:
-        backend.token_to_kv_pool.set_kv_buffer(
-            layer, KVWriteLoc(forward_batch.out_cache_loc, backend.swa_out_cache_loc), k, v)
     spec = forward_batch.spec_info
-    out = tree_verify_attention(
-        q.view(-1, layer.tp_q_head_num, layer.qk_head_dim),
-        backend.token_to_kv_pool.get_key_buffer(layer.layer_id),
-        backend.token_to_kv_pool.get_value_buffer(layer.layer_id),
-        backend.req_to_token_pool.req_to_token, forward_batch.req_pool_indices, forward_batch.seq_lens,
-        spec.custom_mask, int(spec.draft_token_num), layer.scaling)
-    return out.reshape(q.shape[0], layer.tp_q_head_num * layer.v_head_dim)
+    return answer_extend(
+        backend, q, k, v, layer, forward_batch, save_kv_cache,
+        lambda query, k_cache, v_cache: tree_verify_attention(
+            query, k_cache, v_cache, backend.req_to_token_pool.req_to_token, forward_batch.req_pool_indices,
+            forward_batch.seq_lens, spec.custom_mask, int(spec.draft_token_num), layer.scaling),
+        "the CPU verify pass", "+speculative")
 
 
 def install() -> None:
