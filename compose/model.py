@@ -36,8 +36,9 @@ import time
 import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import ModuleType
 
 from compose import model_lfm2, model_sdar
 from compose.progress import Progress
@@ -58,15 +59,39 @@ def cache_root() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "switchboard"
 
 
+@dataclass(frozen=True)
+class _Generated:
+    """A model generated from a seed: its module (``RECIPE``, ``ARCHITECTURE``,
+    ``write_weights``, ``write_tokenizer``) and what its build says and records."""
+
+    module: ModuleType
+    tokenizer_step: str
+    """The progress line of the tokenizer step (formatted with ``donor``)."""
+    error: type[Exception]
+    """What ``write_tokenizer`` raises for a donor it cannot use."""
+    versions: tuple[str, ...]
+    """Packages whose versions make the files (recorded in the manifest's origin)."""
+
+
+#: NOTE: the files are bit-identical per torch version (and an LFM2 config.json names
+#: the transformers version), so each manifest records those versions.
+_GENERATED: dict[SourceKind, _Generated] = {
+    SourceKind.random_sdar: _Generated(model_sdar, "tokenizer of {donor}, padded to " f"{model_sdar.VOCAB_SIZE} ids",
+                                       model_sdar.SdarBuildError, ("torch",)),
+    SourceKind.random_lfm2: _Generated(model_lfm2, "tokenizer of {donor}", model_lfm2.Lfm2BuildError,
+                                       ("torch", "transformers")),
+}
+
+
 def checkpoint_dir(source: ModelSource) -> Path:
     """Where the checkpoint of ``source`` lives."""
     gguf = Path(source.gguf_member).stem.lower().replace(".", "-")
     stem = f"{source.package}-{source.version}-{gguf}"
-    recipe = {SourceKind.random_sdar: model_sdar.RECIPE, SourceKind.random_lfm2: model_lfm2.RECIPE}.get(source.kind)
-    if recipe is not None:
+    generated = _GENERATED.get(source.kind)
+    if generated is not None:
         # NOTE: kind (as the recipe), seed and donor all name the directory:
         # a directory is reused for exactly one set of files.
-        return cache_root() / "models" / f"{recipe}-seed{source.seed}-{stem}"
+        return cache_root() / "models" / f"{generated.module.RECIPE}-seed{source.seed}-{stem}"
     return cache_root() / "models" / f"{stem}-f32"
 
 
@@ -116,56 +141,35 @@ def _locked(lock_path: Path) -> Iterator[None]:
 
 
 def ensure_default_model(source: ModelSource) -> Path:
-    """Return the verified checkpoint of ``source``, building it if needed (for
-    ``random_sdar`` and ``random_lfm2``, its tokenizer donor's first)."""
-    if source.kind is SourceKind.random_sdar:
-        return ensure_random_sdar(source, ensure_default_model(donor_source(source)))
-    if source.kind is SourceKind.random_lfm2:
-        return ensure_random_lfm2(source, ensure_default_model(donor_source(source)))
+    """Return the verified checkpoint of ``source``, building it if needed (for a
+    generated model, ``random_sdar`` or ``random_lfm2``, its tokenizer donor's first)."""
+    if source.kind in _GENERATED:
+        return ensure_generated(source, ensure_default_model(donor_source(source)))
     return _ensure(checkpoint_dir(source), lambda partial, bar: _build_gguf(source, partial, bar),
                    origin=f"{source.package}=={source.version}:{source.gguf_member}",
                    what="model conversion", steps=4)
 
 
-def ensure_random_sdar(source: ModelSource, donor: Path) -> Path:
-    """Return the verified ``random_sdar`` checkpoint of ``source``, generating
-    it if needed with the tokenizer of the checkpoint directory ``donor``."""
+def ensure_generated(source: ModelSource, donor: Path) -> Path:
+    """Return the verified checkpoint of a generated ``source`` (``random_sdar``,
+    ``random_lfm2``), generating it if needed with the tokenizer of the checkpoint
+    directory ``donor``."""
+    generated = _GENERATED[source.kind]
+    module = generated.module
 
     def build(partial: Path, bar: Progress) -> None:
-        _step(bar, f"random {model_sdar.ARCHITECTURE} weights, seed {source.seed}")
+        _step(bar, f"random {module.ARCHITECTURE} weights, seed {source.seed}")
         partial.mkdir(parents=True)
-        model_sdar.write_weights(partial, source.seed)
-        _step(bar, f"tokenizer of {donor.name}, padded to {model_sdar.VOCAB_SIZE} ids")
+        module.write_weights(partial, source.seed)
+        _step(bar, generated.tokenizer_step.format(donor=donor.name))
         try:
-            model_sdar.write_tokenizer(donor, partial)
-        except model_sdar.SdarBuildError as exc:
+            module.write_tokenizer(donor, partial)
+        except generated.error as exc:
             raise ModelCacheError(str(exc)) from exc
 
-    # NOTE: the files are bit-identical per torch version, so the manifest records it
-    # (read from the package metadata: importing torch would slow a cached start).
-    origin = (f"{model_sdar.RECIPE} seed={source.seed} torch=={importlib.metadata.version('torch')} "
-              f"tokenizer={source.package}=={source.version}:{source.gguf_member}")
-    return _ensure(checkpoint_dir(source), build, origin=origin, what="model generation", steps=3)
-
-
-def ensure_random_lfm2(source: ModelSource, donor: Path) -> Path:
-    """Return the verified ``random_lfm2`` checkpoint of ``source``, generating
-    it if needed with the tokenizer of the checkpoint directory ``donor``."""
-
-    def build(partial: Path, bar: Progress) -> None:
-        _step(bar, f"random {model_lfm2.ARCHITECTURE} weights, seed {source.seed}")
-        partial.mkdir(parents=True)
-        model_lfm2.write_weights(partial, source.seed)
-        _step(bar, f"tokenizer of {donor.name}")
-        try:
-            model_lfm2.write_tokenizer(donor, partial)
-        except model_lfm2.Lfm2BuildError as exc:
-            raise ModelCacheError(str(exc)) from exc
-
-    # NOTE: as for random_sdar, the files are bit-identical per torch version (and
-    # config.json names the transformers version), so the manifest records both.
-    origin = (f"{model_lfm2.RECIPE} seed={source.seed} torch=={importlib.metadata.version('torch')} "
-              f"transformers=={importlib.metadata.version('transformers')} "
+    # NOTE: versions read from the package metadata: importing torch would slow a cached start.
+    versions = " ".join(f"{name}=={importlib.metadata.version(name)}" for name in generated.versions)
+    origin = (f"{module.RECIPE} seed={source.seed} {versions} "
               f"tokenizer={source.package}=={source.version}:{source.gguf_member}")
     return _ensure(checkpoint_dir(source), build, origin=origin, what="model generation", steps=3)
 

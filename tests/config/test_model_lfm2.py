@@ -13,23 +13,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
 from compose import model as model_cache
 from compose import model_lfm2
 from compose.config import compose
-from compose.schema import DType, ModelSource, SourceKind
+from compose.schema import DType, SourceKind
 from server.resolve import resolve
+from tests.config.generated_models import build_in_fresh_cache, cache_with_donor, manifest, source_of
 
 CHAT = [{"role": "system", "content": "Answer yes or no."}, {"role": "user", "content": "Is 2+2 four?"}]
-
-
-def source_of(*overrides: str) -> ModelSource:
-    return ModelSource(**OmegaConf.to_container(compose(list(overrides)).model.source))  # type: ignore[arg-type]
-
-
-def manifest(path: Path) -> dict:
-    return json.loads((path / model_cache.MANIFEST).read_text())
 
 
 @pytest.fixture(scope="module")
@@ -38,22 +30,10 @@ def donor() -> Path:
     return model_cache.ensure_default_model(source_of())
 
 
-def cache_with_donor(root: Path, donor: Path) -> Path:
-    """A fresh cache directory at ``root`` whose donor checkpoint is ``donor`` (linked)."""
-    (root / "models").mkdir(parents=True)
-    (root / "models" / donor.name).symlink_to(donor, target_is_directory=True)
-    return root
-
-
 @pytest.fixture(scope="module")
 def built(donor: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """``model=lfm2_tiny``'s checkpoint, built the way the server builds it."""
-    cache = cache_with_donor(tmp_path_factory.mktemp("cache"), donor)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SWITCHBOARD_CACHE", str(cache))
-        path = model_cache.ensure_default_model(source_of("model=lfm2_tiny"))
-        assert path.parent == cache / "models" and model_cache.verify_checkpoint(path) is None
-        yield path
+    yield from build_in_fresh_cache(donor, tmp_path_factory, "lfm2_tiny")
 
 
 @pytest.fixture(scope="module")
@@ -158,11 +138,11 @@ def test_tokenizer_and_chat_template_are_the_donors(built, donor):
 
 def test_same_seed_is_bit_identical_and_another_seed_only_changes_weights(built, donor, tmp_path, monkeypatch):
     monkeypatch.setenv("SWITCHBOARD_CACHE", str(cache_with_donor(tmp_path / "cache", donor)))
-    again = model_cache.ensure_random_lfm2(source_of("model=lfm2_tiny"), donor)
+    again = model_cache.ensure_generated(source_of("model=lfm2_tiny"), donor)
     assert again != built and again.name == built.name
     assert manifest(again) == manifest(built)
     assert manifest(built)["source"].startswith(f"{model_lfm2.RECIPE} seed=0 torch==")
-    other = model_cache.ensure_random_lfm2(source_of("model=lfm2_tiny", "model.source.seed=1"), donor)
+    other = model_cache.ensure_generated(source_of("model=lfm2_tiny", "model.source.seed=1"), donor)
     assert other.name != built.name and model_cache.verify_checkpoint(other) is None
     changed = {name for name, meta in manifest(other)["files"].items()
                if meta != manifest(built)["files"][name]}

@@ -7,31 +7,22 @@ into temporary caches, the donor linked into them.
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
 from compose import model as model_cache
 from compose import model_sdar
 from compose.config import ConfigError, compose
 from compose.schema import DType, ModelSource, SourceKind
 from server.resolve import LaunchPlan, resolve
+from tests.config.generated_models import build_in_fresh_cache, cache_with_donor, manifest, source_of
 
 PROMPTS = ("Once upon a time", "Hi", "  The quick brown fox, 1234 — naïve café!\n\tdef f(x): return x**2",
            "<|im_start|>user\nWhat is 2+2?<|im_end|>\n")
-
-
-def source_of(*overrides: str) -> ModelSource:
-    return ModelSource(**OmegaConf.to_container(compose(list(overrides)).model.source))  # type: ignore[arg-type]
-
-
-def manifest(path: Path) -> dict:
-    return json.loads((path / model_cache.MANIFEST).read_text())
 
 
 @pytest.fixture(scope="module")
@@ -40,22 +31,10 @@ def donor() -> Path:
     return model_cache.ensure_default_model(source_of())
 
 
-def cache_with_donor(root: Path, donor: Path) -> Path:
-    """A fresh cache directory at ``root`` whose donor checkpoint is ``donor`` (linked)."""
-    (root / "models").mkdir(parents=True)
-    (root / "models" / donor.name).symlink_to(donor, target_is_directory=True)
-    return root
-
-
 @pytest.fixture(scope="module")
 def built(donor: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """``model=sdar_tiny``'s checkpoint, built the way the server builds it."""
-    cache = cache_with_donor(tmp_path_factory.mktemp("cache"), donor)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SWITCHBOARD_CACHE", str(cache))
-        path = model_cache.ensure_default_model(source_of("model=sdar_tiny"))
-        assert path.parent == cache / "models" and model_cache.verify_checkpoint(path) is None
-        yield path
+    yield from build_in_fresh_cache(donor, tmp_path_factory, "sdar_tiny")
 
 
 @pytest.fixture
@@ -144,10 +123,10 @@ def test_tokenizer_is_the_donors_padded_with_the_mask(built, donor):
 
 
 def test_same_seed_is_bit_identical_and_another_seed_only_changes_weights(built, donor, cache):
-    again = model_cache.ensure_random_sdar(source_of("model=sdar_tiny"), donor)
+    again = model_cache.ensure_generated(source_of("model=sdar_tiny"), donor)
     assert again != built and again.name == built.name
     assert manifest(again) == manifest(built)
-    other = model_cache.ensure_random_sdar(source_of("model=sdar_tiny", "model.source.seed=1"), donor)
+    other = model_cache.ensure_generated(source_of("model=sdar_tiny", "model.source.seed=1"), donor)
     assert other.name != built.name
     changed = {name for name, meta in manifest(other)["files"].items()
                if meta != manifest(built)["files"][name]}
