@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -25,6 +24,7 @@ import torch
 from kernels.scute.pool import SlotPool, pool_reference, row_slots
 from kernels.scute.samples import random_slots
 from kernels.scute.triton import scute_linear_triton
+from kernels.timing import timed
 
 #: (name, in, out) of the 7B layer's projections.
 LAYER = (("q", 4096, 4096), ("k", 4096, 4096), ("v", 4096, 4096), ("o", 4096, 4096),
@@ -43,26 +43,6 @@ def pools(layer: Sequence[tuple[str, int, int]], kinds: Sequence[str], device: s
         weight = torch.randn(n_out, n_in, generator=g).to(device) / n_in ** 0.5
         out.append((weight.to(dtype), SlotPool.stack(slots, n_in, n_out, dtype=dtype, device=device)))
     return out
-
-
-def timed(fn: Callable[..., object], iters: int, cuda: bool) -> float:
-    for _ in range(3):
-        fn()
-    times: list[float] = []
-    for _ in range(iters):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        else:
-            import time
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main() -> None:

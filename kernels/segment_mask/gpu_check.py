@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -46,6 +45,7 @@ from kernels.segment_mask.reference import (
     ragged_masked_attention,
     segment_mask,
 )
+from kernels.timing import timed
 
 #: Allowed max abs difference to the float32 reference, by input dtype.
 TOL = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 3e-2}
@@ -63,26 +63,6 @@ class TorchRagged:
     def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         qo_lens, kv_lens, masks, scale = self.args
         return ragged_masked_attention(q, k, v, qo_lens, kv_lens, masks, scale)
-
-
-def timed(fn: Callable[[], object], iters: int, cuda: bool) -> float:
-    """Median seconds of ``fn`` over ``iters`` calls after 3 warm-up calls."""
-    for _ in range(3):
-        fn()
-    times: list[float] = []
-    for _ in range(iters):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def bound(w: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Callable[[], torch.Tensor]:
