@@ -10,9 +10,6 @@ from a copy of the row's slot. Outputs, the rows' slots and every other slot mus
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -23,7 +20,7 @@ import torch
 from server.sglang.decisions import layout
 from server.sglang.decisions.conv import forward_with_restart, restarted_conv
 from server.sglang.decisions.layout import PackedLayout, PackedRow
-from tests.conftest import REPO
+from tests.interpreted import run_interpreted
 
 #: Runs in a fresh interpreter: each run through the hook's core and through SGLang's stock kernel.
 _RUN = r"""
@@ -138,13 +135,8 @@ RUNS = {"fp32-k3": _build(torch.float32, 3, False, 0),
 
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    folder = tmp_path_factory.mktemp("decisions_conv")
-    torch.save({name: run for name, (run, _) in RUNS.items()}, folder / "in.pt")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", _RUN, str(folder / "in.pt"), str(folder / "out.pt")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return torch.load(folder / "out.pt")  # type: ignore[no-any-return]
+    return run_interpreted(_RUN, {name: run for name, (run, _) in RUNS.items()},  # type: ignore[no-any-return]
+                           tmp_path_factory.mktemp("decisions_conv"), timeout=300)
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))

@@ -30,6 +30,7 @@ import torch
 from server.sglang.launch.stub import PROVIDED
 from server.sglang.speculative.cpu_ops import CPU_OPS, SPECULATIVE_OPS
 from tests.conftest import REPO
+from tests.interpreted import run_interpreted
 
 OPS: dict[str, Callable[..., None]] = {**CPU_OPS, **SPECULATIVE_OPS}
 
@@ -266,13 +267,8 @@ CASES = _cases()
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    folder = tmp_path_factory.mktemp("spec_cpu_ops")
-    torch.save(CASES, folder / "in.pt")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    run = subprocess.run([sys.executable, "-c", _REFERENCE, str(folder / "in.pt"), str(folder / "out.pt")],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-4000:]
-    return torch.load(folder / "out.pt")  # type: ignore[no-any-return]
+    return run_interpreted(_REFERENCE, CASES, tmp_path_factory.mktemp("spec_cpu_ops"),  # type: ignore[no-any-return]
+                           timeout=600)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
