@@ -5,7 +5,8 @@ Both entry points print Hydra's own help page (``hydra.help`` in
 around ``${switchboard_help:<root>}``, the resolver registered here, whose
 value lists what the root config reads (``compose.catalog``: every option's
 line comes from its class's docstring or its YAML's comment). The README's
-options table is ``options_table`` (``python -m compose.help --markdown``), and
+options table is ``options_table`` with the server's note on each option (the
+SGLang flags it forces: ``python -m server.options``), and
 ``tests/config/test_help.py`` holds it equal to the README, so that neither can
 drift from ``conf/``.
 
@@ -19,7 +20,7 @@ import argparse
 import os
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from omegaconf import OmegaConf
@@ -100,8 +101,13 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def options_table(config_name: str, include_kinds: bool = True) -> str:
-    """The README's markdown table of the groups ``conf/<config_name>.yaml`` reads."""
+#: Extra text for one option's cell, from its group and option names (``""``: none).
+OptionNote = Callable[[str, str], str]
+
+
+def options_table(config_name: str, include_kinds: bool = True, note: OptionNote | None = None) -> str:
+    """The markdown table of the groups ``conf/<config_name>.yaml`` reads; ``note`` adds
+    a host's text to a kind's options (the server's: the SGLang flags each forces)."""
     rows = ["| group | option | what it does |", "|---|---|---|"]
     for g in groups(config_name, include_kinds):
         # NOTE: a plain group's text is its schema's docstring, registered by the entry point;
@@ -113,7 +119,8 @@ def options_table(config_name: str, include_kinds: bool = True) -> str:
         for o in g.options:
             marks = [f"*{m}*" for m in (o.builtin, "default" if o.default else None) if m]
             params = [f"Parameters: {', '.join(f'`{p}`' for p in o.params)}."] if o.params else []
-            rows.append(f"| | `{o.name}` | {_cell(' '.join([o.text, *marks, *params]))} |")
+            extra = [note(g.name, o.name)] if note is not None and g.kind else []
+            rows.append(f"| | `{o.name}` | {_cell(' '.join([o.text, *marks, *params, *filter(None, extra)]))} |")
     return "\n".join(rows)
 
 

@@ -44,7 +44,7 @@ def run(cfg: DictConfig) -> int:
 
     logging.basicConfig(level=cfg.server.log_level.upper(),
                         format="[%(asctime)s] %(name)s: %(message)s", datefmt="%H:%M:%S")
-    from server.sglang.launch.args import validate
+    from server.sglang.launch.args import forced_flags, validate
 
     try:
         plan = resolve(cfg)
@@ -69,6 +69,8 @@ def run(cfg: DictConfig) -> int:
     log.info("device=%s model=%s%s", plan.device, plan.model_path, diffusion)
     for line in describe(plan):
         log.info("%s", line)
+    for forced in forced_flags(plan):
+        log.info("%s", forced.line())
     if cluster is not None:
         log.info("cluster: %d workers on ports %s behind %s", len(cluster.workers),
                  ", ".join(str(w.sglang["port"]) for w in cluster.workers), cluster.gateway.url)

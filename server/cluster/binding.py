@@ -15,7 +15,7 @@ from server.sglang.launch.symbols import HookedSymbol
 if TYPE_CHECKING:
     from compose.specs import PolicySpec
     from server.resolve import LaunchPlan
-    from server.sglang.launch.binding import LaunchFields, SchedulerParts
+    from server.sglang.launch.binding import ForcedFlag, LaunchFields, SchedulerParts
 
 
 class RouterBinding:
@@ -24,8 +24,8 @@ class RouterBinding:
     symbols: tuple[HookedSymbol, ...] = ()
     """Its rows of the hook contract (none: SMG, not SGLang, routes)."""
 
-    def launch(self, spec: PolicySpec, launch: LaunchFields) -> None:
-        return None  # NOTE: workers run stock; the gateway (SMG) routes between them
+    def launch(self, spec: PolicySpec, launch: LaunchFields) -> list[ForcedFlag]:
+        return []  # NOTE: workers run stock; the gateway (SMG) routes between them
 
     def install(self, spec: PolicySpec, plan: LaunchPlan, parts: SchedulerParts) -> None:
         parts.installed.append(f"router={spec.target} (gateway)")

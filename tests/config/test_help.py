@@ -14,6 +14,7 @@ import pytest
 from compose import progress
 from compose.config import CONF_DIR, group_options
 from compose.help import options_table
+from server.options import table
 from tests.conftest import REPO
 
 #: Groups the server reads: every policy kind and the model.
@@ -110,7 +111,7 @@ def test_help_imports_neither_sglang_nor_torch(entry):
 def test_readme_options_table_is_the_generated_one():
     found = README_TABLE.search((REPO / "README.md").read_text())
     assert found is not None, "README.md lacks the options table markers"
-    assert found.group(1) == options_table("config"), "run: python -m compose.help --markdown"
+    assert found.group(1) == table(), "run: python -m server.options"
 
 
 def test_generated_table_describes_each_option_from_its_class():

@@ -15,6 +15,7 @@ from typing import Any
 
 from bench.sim.binding import Scope, SimParts
 from compose.specs import PolicySpec, build_policy
+from server.sglang.launch.binding import ForcedFlag
 from server.sglang.launch.symbols import POLICY, HookedSymbol
 from tests.toykind import ToyPolicy, ToyView
 
@@ -71,9 +72,9 @@ class ToyServerBinding:
     symbols = (HookedSymbol(HOOKED),)
     """Its row of the hook contract: what its seam uses beyond the core's rows."""
 
-    def launch(self, spec: PolicySpec, launch: Any) -> None:
+    def launch(self, spec: PolicySpec, launch: Any) -> list[ForcedFlag]:
         needs = spec.needs_of()
-        launch.require("schedule_conservativeness", needs.conservativeness, f"+toy ({spec.target})")
+        return [ForcedFlag("schedule_conservativeness", needs.conservativeness, "the toy's conservativeness")]
 
     def install(self, spec: PolicySpec, plan: Any, parts: Any) -> None:
         policy = build_policy(spec)

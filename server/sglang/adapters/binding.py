@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from compose.config import ConfigError
 from compose.specs import build_policy
 from server.sglang.adapters.symbols import ADAPTERS_SYMBOLS
-from server.sglang.launch.binding import LaunchFields, SchedulerParts
+from server.sglang.launch.binding import ForcedFlag, LaunchFields, SchedulerParts
 
 if TYPE_CHECKING:
     from compose.specs import PolicySpec
@@ -26,8 +26,8 @@ class AdaptersBinding:
     symbols = ADAPTERS_SYMBOLS
     """Its rows of the hook contract (SGLang's LoRA path)."""
 
-    def launch(self, spec: PolicySpec, launch: LaunchFields) -> None:
-        fields, require = launch.fields, launch.require
+    def launch(self, spec: PolicySpec, launch: LaunchFields) -> list[ForcedFlag]:
+        fields = launch.fields
         host = spec.host_settings()
         mixed = spec.needs_of().mixed_methods
         why = f"+adapters ({spec.target})"
@@ -37,25 +37,30 @@ class AdaptersBinding:
         if int(fields.get("tp_size") or 1) > 1 and mixed:
             raise ConfigError(f"sglang.tp_size={fields['tp_size']} conflicts with {why}: Scute's slots "
                               "are not sharded (tp_size 1)")
-        require("enable_lora", True, why)
-        require("max_loras_per_batch", host.max_per_batch, why + " (adapters.max_per_batch)")
+        # NOTE: the adapters' own settings, carried into SGLang's LoRA flags (control=False)
+        flags = [ForcedFlag("enable_lora", True, "adapters are LoRA slots", control=False),
+                 ForcedFlag("max_loras_per_batch", host.max_per_batch, "adapters.max_per_batch",
+                            control=False)]
         if host.paths:
-            require("lora_paths", [f"{name}={path}" for name, path in host.paths.items()],
-                    why + " (adapters.paths)")
+            flags.append(ForcedFlag("lora_paths", [f"{name}={path}" for name, path in host.paths.items()],
+                                    "adapters.paths", control=False))
         if host.target_modules:
-            require("lora_target_modules", list(host.target_modules), why + " (adapters.target_modules)")
+            flags.append(ForcedFlag("lora_target_modules", list(host.target_modules),
+                                    "adapters.target_modules", control=False))
         if mixed:
             # NOTE: SGLang is handed a zero rank-1 LoRA per adapter (the real
             # values live in Scute's slots) and builds its manager with the scute
             # backend, which its CLI cannot name: torch_native stands in there.
-            require("max_lora_rank", 1, why)
-            require("lora_backend", "torch_native", why)
+            flags += [ForcedFlag("max_lora_rank", 1, "zero rank-1 stand-ins: Scute's slots hold the weights",
+                                 control=False),
+                      ForcedFlag("lora_backend", "torch_native", "the scute backend's stand-in name", control=False)]
         else:
             if host.max_rank is not None:
-                require("max_lora_rank", host.max_rank, why + " (adapters.max_rank)")
+                flags.append(ForcedFlag("max_lora_rank", host.max_rank, "adapters.max_rank", control=False))
             if launch.plan.device == "cpu":
                 # NOTE: SGLang's default (csgmv) dies at warm-up on CPU.
-                require("lora_backend", "torch_native", why + " on CPU")
+                flags.append(ForcedFlag("lora_backend", "torch_native", "on CPU (SGLang's csgmv dies at warm-up)"))
+        return flags
 
     def install(self, spec: PolicySpec, plan: LaunchPlan, parts: SchedulerParts) -> None:
         from server.sglang.adapters.hooks import install as install_adapters

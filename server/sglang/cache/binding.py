@@ -16,7 +16,7 @@ from compose.config import ConfigError
 from compose.specs import build_policy
 from server.sglang.cache.names import EVICTION_STRATEGY_NAME, GAP_CACHE_BACKEND, register_eviction_choice
 from server.sglang.cache.symbols import CACHE_SYMBOLS
-from server.sglang.launch.binding import LaunchFields, SchedulerParts
+from server.sglang.launch.binding import ForcedFlag, LaunchFields, SchedulerParts
 
 if TYPE_CHECKING:
     from compose.specs import PolicySpec
@@ -29,24 +29,24 @@ class CacheBinding:
     symbols = CACHE_SYMBOLS
     """Its rows of the hook contract (the eviction seam and the gap cache)."""
 
-    def launch(self, spec: PolicySpec, launch: LaunchFields) -> None:
+    def launch(self, spec: PolicySpec, launch: LaunchFields) -> list[ForcedFlag]:
         fields = launch.fields
-        # NOTE: cache.host_tier_tokens with a tail-first cache is refused before (compose/compat.py)
-        interior = spec.needs_of().interior
-        if interior:
-            why = f"+cache ({spec.target}) freeing history from the front (gap cache)"
-            launch.require("radix_cache_backend", GAP_CACHE_BACKEND, why)
-            launch.require("page_size", 1, why)
-            # NOTE: a gap chunk's checkpoint hands the request its cached tail
-            # before the next chunk is planned; overlap scheduling plans first.
-            launch.require("disable_overlap_schedule", True, why)
-            for flag in ("enable_hierarchical_cache", "speculative_algorithm"):
-                if fields.get(flag):
-                    raise ConfigError(f"sglang.{flag} conflicts with {why}")
-        else:
-            launch.require("radix_eviction_policy", EVICTION_STRATEGY_NAME, "+cache")
         if fields.get("disable_radix_cache"):
             raise ConfigError("+cache needs the prefix cache; remove sglang.disable_radix_cache")
+        # NOTE: cache.host_tier_tokens with a tail-first cache is refused before (compose/compat.py)
+        if not spec.needs_of().interior:
+            return [ForcedFlag("radix_eviction_policy", EVICTION_STRATEGY_NAME,
+                               "the eviction order runs through SGLang's strategy registry", control=False)]
+        why = f"+cache ({spec.target}) freeing history from the front (gap cache)"
+        for flag in ("enable_hierarchical_cache", "speculative_algorithm"):
+            if fields.get(flag):
+                raise ConfigError(f"sglang.{flag} conflicts with {why}")
+        return [ForcedFlag("radix_cache_backend", GAP_CACHE_BACKEND, "the gap cache", control=False),
+                ForcedFlag("page_size", 1, "the gap cache cuts gaps per token"),
+                # NOTE: a gap chunk's checkpoint hands the request its cached tail
+                # before the next chunk is planned; overlap scheduling plans first.
+                ForcedFlag("disable_overlap_schedule", True,
+                           "a gap chunk's checkpoint must land before the next chunk is planned")]
 
     def install(self, spec: PolicySpec, plan: LaunchPlan, parts: SchedulerParts) -> None:
         cache = build_policy(spec)

@@ -24,7 +24,7 @@ from compose.config import ConfigError
 from compose.specs import build_policy
 from policies.decisions import DecisionsNeeds
 from server.sglang.decisions.symbols import DECISIONS_SYMBOLS, EXTEND_TARGET, INIT_NEW_TARGET, SCORE_TARGET
-from server.sglang.launch.binding import LaunchFields, SchedulerParts
+from server.sglang.launch.binding import ForcedFlag, LaunchFields, SchedulerParts
 
 if TYPE_CHECKING:
     from compose.specs import PolicySpec
@@ -38,21 +38,23 @@ class DecisionsBinding:
     """Its rows of the hook contract (the route, the forward batch, the torch-native
     extend attention, the prefill walk and the tree's checkpoint)."""
 
-    def launch(self, spec: PolicySpec, launch: LaunchFields) -> None:
+    def launch(self, spec: PolicySpec, launch: LaunchFields) -> list[ForcedFlag]:
         needs: DecisionsNeeds = spec.needs_of()
         why = f"+decisions ({spec.target})"
+        flags = []
         if needs.schedule_policy is not None:
-            launch.require("schedule_policy", needs.schedule_policy, why)
+            flags.append(ForcedFlag("schedule_policy", needs.schedule_policy,
+                                    "SGLang's own order of the decision's prompts", control=False))
         if not needs.packed_forward:
-            return
+            return flags
         if launch.plan.device != "cpu" or launch.fields.get("attention_backend") not in (None, "torch_native"):
             raise ConfigError(
                 f"{why}: packed decisions run on SGLang's torch-native attention (device cpu) only; "
                 "the FlashInfer segment-mask path has not run on a GPU (kernels/segment_mask/gpu_check.py)")
-        launch.require("attention_backend", "torch_native", why + ": the segment mask")
         # NOTE: the route is hooked in the process that loads the plugin; extra
         # tokenizer workers would answer it unpacked.
-        launch.require("tokenizer_worker_num", 1, why + ": the packed route runs in the main process")
+        return [*flags, ForcedFlag("attention_backend", "torch_native", "the packed pass's segment mask"),
+                ForcedFlag("tokenizer_worker_num", 1, "the packed route runs in the main process")]
 
     def install(self, spec: PolicySpec, plan: LaunchPlan, parts: SchedulerParts) -> None:
         needs: DecisionsNeeds = spec.needs_of()

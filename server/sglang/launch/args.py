@@ -19,7 +19,7 @@ from compose.compat import ModelInHost, ModelKind, check_host_settings, check_mo
 from compose.config import ConfigError
 from compose.kinds import kinds
 from server.resolve import LaunchPlan
-from server.sglang.launch.binding import LaunchFields, chosen, server_binding
+from server.sglang.launch.binding import Forced, LaunchFields, chosen, server_binding
 from server.sglang.launch.hybrid import DEFAULT_STATE_SLOTS, cpu_hybrid
 
 
@@ -28,24 +28,40 @@ class _RaisingParser(argparse.ArgumentParser):
         raise ConfigError(message)
 
 
-def sglang_fields(plan: LaunchPlan) -> dict[str, Any]:
-    """ServerArgs fields: the plan's, plus what the chosen kinds' bindings and the device imply.
+def launch_fields(plan: LaunchPlan) -> LaunchFields:
+    """ServerArgs fields: the plan's, plus what the chosen kinds' bindings and the device imply,
+    with every flag an option forced (``LaunchFields.forced``).
 
     NOTE: the model-kind and host-setting rules (``compose.compat``) run first,
     so a refused pair is named before any binding adds a flag for it."""
-    fields = dict(plan.sglang)
     check_model_fit(served_model(plan), plan.policies)
     check_host_settings(plan.policies, "sglang.enable_hierarchical_cache=true")
-    launch = LaunchFields(plan, fields)
+    launch = LaunchFields(plan, dict(plan.sglang))
     for spec, binding in chosen(plan):
-        binding.launch(spec, launch)
+        launch.apply(f"+{spec.group} ({spec.target.rsplit('.', 1)[-1]})", binding.launch(spec, launch))
     if plan.device == "cpu":
-        # NOTE: CUDA graphs do not exist on CPU.
-        fields.setdefault("cuda_graph_backend_decode", "disabled")
-        fields.setdefault("cuda_graph_backend_prefill", "disabled")
+        # NOTE: CUDA graphs do not exist on CPU (device defaults, not an option's: stock gets them too).
+        launch.default("cuda_graph_backend_decode", "disabled")
+        launch.default("cuda_graph_backend_prefill", "disabled")
         if cpu_hybrid(plan.model_path):
-            fields.setdefault("max_mamba_cache_size", DEFAULT_STATE_SLOTS)
-    return fields
+            launch.default("max_mamba_cache_size", DEFAULT_STATE_SLOTS)
+    return launch
+
+
+def sglang_fields(plan: LaunchPlan) -> dict[str, Any]:
+    """ServerArgs fields: the plan's, plus what the chosen kinds' bindings and the device imply."""
+    return launch_fields(plan).result()
+
+
+def forced_flags(plan: LaunchPlan) -> list[Forced]:
+    """Every SGLang flag the plan's options force, with the option and the reason (startup log)."""
+    return launch_fields(plan).forced
+
+
+def controls(plan: LaunchPlan) -> list[str]:
+    """The overrides that run stock SGLang under the same forced flags as ``plan``'s options
+    (the control row of a live comparison): every forced flag that changes how stock serves."""
+    return [f.flag.override() for f in forced_flags(plan) if f.flag.control]
 
 
 def served_model(plan: LaunchPlan) -> ModelInHost:

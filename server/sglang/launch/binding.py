@@ -3,9 +3,12 @@
 Each kind's binding (``compose.kinds.Kind.server_binding``, a module under its
 seam: ``server/sglang/<seam>/…binding.py``) is one object with three parts:
 
-* ``launch`` (the launcher, before the model exists): the SGLang ``ServerArgs``
-  fields the option's needs imply, and the combinations it refuses, naming the
-  field (``LaunchFields.require`` refuses a user's conflicting value);
+* ``launch`` (the launcher, before the model exists): the combinations the
+  option refuses, naming the field, and the SGLang ``ServerArgs`` fields its
+  needs force, returned as data (``ForcedFlag``, each with its reason). The
+  argument builder sets them (a user's conflicting value is refused naming
+  both), the startup log prints them per option, and a live comparison runs
+  stock SGLang with the ones that change how stock serves (``controls``);
 * ``install`` (every SGLang process that runs the scheduler, from the plugin):
   the hooks, registry entries and scheduler parts the option needs;
 * ``extend_cli`` (wherever SGLang's argument parser is built): names the kind
@@ -19,8 +22,9 @@ SGLang only inside ``install`` (the launcher imports them to build the argv).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from compose.config import ConfigError
@@ -33,20 +37,80 @@ if TYPE_CHECKING:
     from server.resolve import LaunchPlan
 
 
+@dataclass(frozen=True)
+class ForcedFlag:
+    """One SGLang ``ServerArgs`` field an option's needs force, and why."""
+
+    field: str
+    """The ``ServerArgs`` field (``sglang.<field>`` in the config)."""
+    value: Any
+    """The value the option needs."""
+    why: str
+    """Why the option needs it, without the option's name (printed at startup, in a
+    refusal, and in the README's options table)."""
+    control: bool = True
+    """True: the flag changes how stock SGLang serves (the overlap scheduler, the
+    page size, a backend), so a live comparison also runs stock with it (the
+    control row) and credits the option only with what it adds beyond that.
+    False: the flag only carries the option itself into SGLang (its cache
+    backend, its adapters, its draft algorithm, a built-in it names)."""
+
+    def override(self) -> str:
+        """The flag as a config override, ``sglang.<field>=<value>``."""
+        value = str(self.value).lower() if isinstance(self.value, bool) else self.value
+        return f"sglang.{self.field}={value}"
+
+
+@dataclass(frozen=True)
+class Forced:
+    """A ``ForcedFlag`` with the option that forces it."""
+
+    option: str
+    """``<group>=<option>``, as chosen."""
+    flag: ForcedFlag
+
+    def line(self) -> str:
+        """The startup log's line."""
+        mark = "" if self.flag.control else " [the option itself]"
+        return f"{self.option} forces {self.flag.override()}: {self.flag.why}{mark}"
+
+
 @dataclass
 class LaunchFields:
-    """The ``ServerArgs`` fields being built for one plan (user's ``sglang.*`` first)."""
+    """The ``ServerArgs`` fields being built for one plan (user's ``sglang.*`` first).
+
+    NOTE: bindings read ``fields`` and return what they force; only ``apply``
+    writes, so every field an option sets is in ``forced``."""
 
     plan: LaunchPlan
     """The plan being launched."""
-    fields: dict[str, Any]
-    """ServerArgs fields so far (mutated by ``require`` and by bindings)."""
+    _fields: dict[str, Any]
+    forced: list[Forced] = field(default_factory=list)
+    """Every flag the chosen options forced, in binding order."""
 
-    def require(self, name: str, value: Any, why: str) -> None:
-        """Set ``name`` to ``value``; a user's other value is a ``ConfigError`` naming both."""
-        if name in self.fields and self.fields[name] not in (None, value):
-            raise ConfigError(f"sglang.{name}={self.fields[name]} conflicts with {why} (needs {value})")
-        self.fields[name] = value
+    @property
+    def fields(self) -> Mapping[str, Any]:
+        """The ServerArgs fields so far (read-only to bindings)."""
+        return MappingProxyType(self._fields)
+
+    def apply(self, option: str, flags: Sequence[ForcedFlag]) -> None:
+        """Set each of ``option``'s flags; a user's (or an earlier option's) other value is a
+        ``ConfigError`` naming both."""
+        for flag in flags:
+            have = self._fields.get(flag.field)
+            if have not in (None, flag.value):
+                raise ConfigError(f"sglang.{flag.field}={have} conflicts with {option}: {flag.why} "
+                                  f"(needs {flag.value})")
+            self._fields[flag.field] = flag.value
+            self.forced.append(Forced(option, flag))
+
+    def default(self, name: str, value: Any) -> None:
+        """Set ``name`` unless set (the device's defaults, which stock gets too: not forced)."""
+        self._fields.setdefault(name, value)
+
+    def result(self) -> dict[str, Any]:
+        """The fields built (a copy)."""
+        return dict(self._fields)
 
 
 #: Builds one seam for a freshly initialised SGLang scheduler (``None``: not needed there).
@@ -79,8 +143,8 @@ class ServerBinding(Protocol):
     """Every SGLang symbol its hooks touch beyond the core's (``launch/contract.py``):
     startup checks them in every SGLang process, the kind chosen or not."""
 
-    def launch(self, spec: PolicySpec, launch: LaunchFields) -> None:
-        """Set the launch fields ``spec``'s needs imply; raise ``ConfigError`` for a refused combination."""
+    def launch(self, spec: PolicySpec, launch: LaunchFields) -> Sequence[ForcedFlag]:
+        """The flags ``spec``'s needs force on this plan; raise ``ConfigError`` for a refused combination."""
         ...
 
     def install(self, spec: PolicySpec, plan: LaunchPlan, parts: SchedulerParts) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from compose.specs import build_policy
-from server.sglang.launch.binding import LaunchFields, SchedulerParts
+from server.sglang.launch.binding import ForcedFlag, LaunchFields, SchedulerParts
 from server.sglang.launch.symbols import HookedSymbol
 
 if TYPE_CHECKING:
@@ -25,8 +25,8 @@ class AdmissionBinding:
     symbols: tuple[HookedSymbol, ...] = ()
     """Its rows of the hook contract (none of its own: the gate runs on the core's scheduler events)."""
 
-    def launch(self, spec: PolicySpec, launch: LaunchFields) -> None:
-        return None
+    def launch(self, spec: PolicySpec, launch: LaunchFields) -> list[ForcedFlag]:
+        return []
 
     def install(self, spec: PolicySpec, plan: LaunchPlan, parts: SchedulerParts) -> None:
         from server.sglang.scheduling.gate import AdmissionGate

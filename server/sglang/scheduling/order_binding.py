@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from compose.specs import build_policy
-from server.sglang.launch.binding import LaunchFields, SchedulerParts
+from server.sglang.launch.binding import ForcedFlag, LaunchFields, SchedulerParts
 from server.sglang.scheduling.symbols import ORDER_SYMBOLS
 
 if TYPE_CHECKING:
@@ -28,17 +28,22 @@ class OrderBinding:
     symbols = ORDER_SYMBOLS
     """Its rows of the hook contract (the match tracker, the dLLM round host, the capture)."""
 
-    def launch(self, spec: PolicySpec, launch: LaunchFields) -> None:
+    def launch(self, spec: PolicySpec, launch: LaunchFields) -> list[ForcedFlag]:
         needs = spec.needs_of()
-        why = f"+policy ({spec.target})"
+        flags = []
         if launch.plan.is_diffusion and needs.dllm_slots is not None:
             # NOTE: SGLang sizes the dLLM slots (DllmManager) and the request pool from it
-            launch.require("max_running_requests", needs.dllm_slots, f"{why} slots")
+            flags.append(ForcedFlag("max_running_requests", needs.dllm_slots, "SGLang sizes the diffusion slots from it"))
         if needs.hidden_state_layer is not None or needs.denoise_hidden_state:
             # NOTE: the feature capture is a forward hook; hooks do not run in CUDA graphs.
-            launch.require("cuda_graph_backend_prefill", "disabled", f"{why} capturing hidden states")
-        # Our policies run through SGLang's fcfs slot: the seam re-sorts the queue.
-        launch.require("schedule_policy", needs.sglang_native or "fcfs", why)
+            flags.append(ForcedFlag("cuda_graph_backend_prefill", "disabled",
+                                    "hidden states are captured by a forward hook, which a CUDA graph skips"))
+        if needs.sglang_native:
+            flags.append(ForcedFlag("schedule_policy", needs.sglang_native, "SGLang's own policy", control=False))
+        else:
+            # NOTE: our policies run through SGLang's fcfs slot: the seam re-sorts the queue.
+            flags.append(ForcedFlag("schedule_policy", "fcfs", "the seam re-sorts SGLang's fcfs queue"))
+        return flags
 
     def install(self, spec: PolicySpec, plan: LaunchPlan, parts: SchedulerParts) -> None:
         needs = spec.needs_of()

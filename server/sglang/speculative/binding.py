@@ -21,7 +21,7 @@ from compose.config import ConfigError
 from compose.specs import build_policy
 from policies.speculative import SpeculativeHostConfig, load_step_table
 from policies.speculative.host import seed_from_table
-from server.sglang.launch.binding import LaunchFields, SchedulerParts
+from server.sglang.launch.binding import ForcedFlag, LaunchFields, SchedulerParts
 from server.sglang.speculative.symbols import SPECULATIVE_SYMBOLS
 
 if TYPE_CHECKING:
@@ -36,11 +36,10 @@ class SpeculativeBinding:
     """Its rows of the hook contract (SGLang's speculative registry, NGRAM worker, torch-native
     verify); the CPU kernels' importers are checked by ``kernels.install``."""
 
-    def launch(self, spec: PolicySpec, launch: LaunchFields) -> None:
+    def launch(self, spec: PolicySpec, launch: LaunchFields) -> list[ForcedFlag]:
         from server.sglang.speculative.algorithm import ALGORITHM
 
         host: SpeculativeHostConfig = spec.host_settings()
-        why = f"+speculative ({spec.target})"
         if host.algorithm != "NGRAM":
             raise ConfigError(
                 f"invalid value for 'speculative.algorithm': {host.algorithm} (a draft model) is not served yet: "
@@ -50,14 +49,15 @@ class SpeculativeBinding:
             load_step_table(host.table_path)  # NOTE: refused here, before SGLang starts
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
-        require = launch.require
-        require("speculative_algorithm", ALGORITHM, why)
-        require("speculative_num_draft_tokens", host.max_draft_tokens + 1,
-                why + " (speculative.max_draft_tokens + 1: the root and the drafts)")
-        # NOTE: chains: the first k+1 nodes of a chain are a chain (worker.truncate_drafts)
-        require("speculative_ngram_max_bfs_breadth", 1, why + ": chains of drafts")
-        require("speculative_ngram_min_bfs_breadth", 1, why + ": chains of drafts")
-        require("disable_overlap_schedule", True, why + ": the draft length changes between steps")
+        return [
+            ForcedFlag("speculative_algorithm", ALGORITHM, "NGRAM drafts with a draft length per step", control=False),
+            ForcedFlag("speculative_num_draft_tokens", host.max_draft_tokens + 1,
+                       "speculative.max_draft_tokens + 1 (the root and the drafts)", control=False),
+            # NOTE: chains: the first k+1 nodes of a chain are a chain (worker.truncate_drafts)
+            ForcedFlag("speculative_ngram_max_bfs_breadth", 1, "chains of drafts", control=False),
+            ForcedFlag("speculative_ngram_min_bfs_breadth", 1, "chains of drafts", control=False),
+            ForcedFlag("disable_overlap_schedule", True, "the draft length changes between steps"),
+        ]
 
     def install(self, spec: PolicySpec, plan: LaunchPlan, parts: SchedulerParts) -> None:
         from server.sglang.speculative import algorithm, worker

@@ -1,0 +1,86 @@
+"""Forced flags are data: every SGLang field an option sets is listed, with its reason.
+
+The argument builder (``server/sglang/launch/args.py``) sets what the chosen
+options' bindings return (``ForcedFlag``); these tests fail when a field ends up
+in SGLang's arguments that neither the user nor the device defaults set and no
+option lists, and when a binding tries to write the fields itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from compose.catalog import groups
+from compose.config import CONFIG_NAME, ConfigError, compose
+from server.options import forced_note
+from server.resolve import LaunchPlan, resolve
+from server.sglang.launch.args import controls, forced_flags, launch_fields
+from server.sglang.launch.binding import ForcedFlag, LaunchFields
+
+#: Fields the CPU device sets for stock and every option alike (``args.launch_fields``).
+DEVICE_DEFAULTS = {"cuda_graph_backend_decode", "cuda_graph_backend_prefill", "max_mamba_cache_size"}
+
+#: What an option needs besides itself to compose (a diffusion LM, adapter slots).
+EXTRA = {
+    ("policy", "dwise"): ["model=sdar_tiny"],
+    ("adapters", "lora"): ["adapters.max_rank=8", "adapters.target_modules=[q_proj,v_proj]"],
+    ("adapters", "scute"): ["adapters.max_rank=8", "adapters.target_modules=[q_proj,v_proj]"],
+}
+
+
+def _options() -> list[tuple[str, str]]:
+    return [(g.name, o.name) for g in groups(CONFIG_NAME) if g.kind for o in g.options]
+
+
+def _plan(*overrides: str) -> LaunchPlan:
+    return resolve(compose(["server.device=cpu", *overrides]))
+
+
+@pytest.mark.parametrize(("group", "option"), _options())
+def test_every_field_an_option_sets_is_listed_with_its_reason(group, option):
+    plan = _plan(f"+{group}={option}", *EXTRA.get((group, option), []))
+    built = launch_fields(plan)
+    fields: dict[str, Any] = built.result()
+    listed = {f.flag.field: f.flag.value for f in built.forced}
+    set_by_options = {k: v for k, v in fields.items() if k not in plan.sglang and k not in DEVICE_DEFAULTS}
+    assert set_by_options == listed  # NOTE: a field set but not listed fails here
+    for forced in built.forced:
+        assert forced.flag.why and forced.option.startswith(f"+{group} ")
+        assert f"sglang.{forced.flag.field}=" in forced.line()
+
+
+def test_stock_forces_nothing():
+    assert forced_flags(_plan()) == [] and controls(_plan()) == []
+
+
+def test_penelope_is_compared_with_stock_under_its_page_size_and_without_overlap():
+    assert controls(_plan("+cache=penelope")) == ["sglang.page_size=1", "sglang.disable_overlap_schedule=true"]
+    lines = [f.line() for f in forced_flags(_plan("+cache=penelope"))]
+    assert any("disable_overlap_schedule=true" in line and "checkpoint" in line for line in lines)
+    assert any("radix_cache_backend=switchboard_gap" in line and "[the option itself]" in line for line in lines)
+
+
+def test_a_users_conflicting_value_names_the_option_and_the_reason():
+    with pytest.raises(ConfigError, match=r"sglang.disable_overlap_schedule=False conflicts with \+cache "
+                                          r"\(PenelopePolicy\): a gap chunk's checkpoint"):
+        launch_fields(_plan("+cache=penelope", "sglang.disable_overlap_schedule=false"))
+
+
+def test_a_user_may_set_a_forced_flag_to_the_same_value_and_it_stays_listed():
+    forced = forced_flags(_plan("+cache=penelope", "sglang.page_size=1"))
+    assert ForcedFlag("page_size", 1, "the gap cache cuts gaps per token") in [f.flag for f in forced]
+
+
+def test_bindings_cannot_write_the_fields():
+    launch = LaunchFields(_plan(), {"page_size": 1})
+    with pytest.raises(TypeError):
+        launch.fields["page_size"] = 16  # type: ignore[index]
+
+
+def test_the_readme_note_states_the_flags_or_why_it_cannot():
+    assert "`sglang.disable_overlap_schedule=true` (a gap chunk" in forced_note("cache", "penelope")
+    assert "stock runs it too" in forced_note("cache", "penelope")
+    assert forced_note("admission", "basin") == ""
+    assert "refused" in forced_note("policy", "dwise")
