@@ -1,0 +1,72 @@
+"""SGLang's own load generator against a live server: ``python -m sglang.bench_serving``.
+
+The outside check of our harness: the same command a user of SGLang types, run
+as a subprocess against a server started by ``bench.live.server``, its JSONL
+result read back. Only the datasets that need no download are offered
+(``generated-shared-prefix``, ``random-ids``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+#: bench_serving's backend for our server's OpenAI completions route.
+BACKEND = "sglang-oai"
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A bench_serving workload (its ``--dataset-name`` and the flags that shape it)."""
+
+    name: str
+    """Short label for tables."""
+    flags: tuple[str, ...]
+    """bench_serving's flags for it (``--dataset-name`` included)."""
+    num_prompts: int
+    """Requests per run."""
+
+
+#: The issue's shared-prefix chat: 4 groups x 12 prompts, 384-token system prompts, 48-token questions,
+#: 24-token outputs, lengths drawn in [0.5, 1] x the nominal.
+SHARED_PREFIX = Dataset("generated-shared-prefix", (
+    "--dataset-name", "generated-shared-prefix", "--gsp-num-groups", "4", "--gsp-prompts-per-group", "12",
+    "--gsp-system-prompt-len", "384", "--gsp-question-len", "48", "--gsp-output-len", "24",
+    "--gsp-range-ratio", "0.5"), 48)
+#: Random token ids, no shared prefix: 256-token prompts, 24-token outputs, lengths in [0.5, 1] x nominal.
+RANDOM_IDS = Dataset("random-ids", (
+    "--dataset-name", "random-ids", "--random-input-len", "256", "--random-output-len", "24",
+    "--random-range-ratio", "0.5"), 48)
+
+#: What a table reads of bench_serving's result (milliseconds, requests per second).
+FIELDS = ("mean_ttft_ms", "p99_ttft_ms", "mean_e2e_latency_ms", "p99_e2e_latency_ms", "request_throughput",
+          "completed")
+
+
+def tokenizer_path(base_url: str) -> str:
+    """The served tokenizer's path (bench_serving needs it; there is no hub to fetch it from)."""
+    return str(httpx.get(base_url + "/model_info", timeout=60).json()["tokenizer_path"])
+
+
+def bench_serving(base_url: str, dataset: Dataset, rate: float, seed: int, out_dir: Path, tag: str,
+                  timeout_s: float = 1800) -> dict[str, Any]:
+    """One ``python -m sglang.bench_serving`` run at ``rate`` requests per second (Poisson
+    arrivals, its default); its result's ``FIELDS``. Raises on a failed run or a lost request."""
+    out = out_dir / f"{tag}.jsonl"
+    argv = [sys.executable, "-m", "sglang.bench_serving", "--backend", BACKEND, "--base-url", base_url,
+            "--tokenizer", tokenizer_path(base_url), *dataset.flags, "--num-prompts", str(dataset.num_prompts),
+            "--request-rate", str(rate), "--seed", str(seed), "--flush-cache", "--disable-tqdm",
+            "--output-file", str(out), "--tag", tag]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0 or not out.exists():
+        raise RuntimeError(f"bench_serving failed ({proc.returncode}): {' '.join(argv)}\n{proc.stderr[-3000:]}")
+    result = json.loads(out.read_text().splitlines()[-1])
+    if result["completed"] != dataset.num_prompts:
+        raise RuntimeError(f"{tag}: {result['completed']} of {dataset.num_prompts} requests completed")
+    return {k: result[k] for k in FIELDS}
