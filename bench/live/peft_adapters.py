@@ -57,18 +57,23 @@ def make(checkpoint: Path, name: str, config: Any, folder: Path, seed: int) -> P
 
 
 def greedy(checkpoint: Path, adapter: Path | None, prompts: list[list[int]], n: int) -> list[list[int]]:
-    """PEFT's model (``None``: the base) greedily continuing each prompt by ``n`` tokens, EOS included."""
+    """PEFT's model (``None``: the base) greedily continuing each prompt by ``n`` tokens, EOS included.
+
+    NOTE: decodes with the model's own KV cache (one prompt pass, then a token at
+    a time), as ``generate`` would, but never stops at EOS (the server is asked
+    with ``ignore_eos``)."""
     model = base(checkpoint)
     if adapter is not None:
         model = PeftModel.from_pretrained(model, str(adapter)).eval()
     out = []
     with torch.no_grad():
         for ids in prompts:
-            seq = torch.tensor([ids])
+            step = model(torch.tensor([ids]), use_cache=True)
             new: list[int] = []
             for _ in range(n):
-                nxt = int(model(seq).logits[0, -1].argmax())
+                nxt = int(step.logits[0, -1].argmax())
                 new.append(nxt)
-                seq = torch.cat([seq, torch.tensor([[nxt]])], dim=1)
+                if len(new) < n:
+                    step = model(torch.tensor([[nxt]]), past_key_values=step.past_key_values, use_cache=True)
             out.append(new)
     return out
