@@ -33,16 +33,16 @@ class Dataset:
     """Requests per run."""
 
 
-#: The issue's shared-prefix chat: 4 groups x 12 prompts, 384-token system prompts, 48-token questions,
+#: Shared-prefix chat: 4 groups x 8 prompts, 384-token system prompts, 48-token questions,
 #: 24-token outputs, lengths drawn in [0.5, 1] x the nominal.
 SHARED_PREFIX = Dataset("generated-shared-prefix", (
-    "--dataset-name", "generated-shared-prefix", "--gsp-num-groups", "4", "--gsp-prompts-per-group", "12",
+    "--dataset-name", "generated-shared-prefix", "--gsp-num-groups", "4", "--gsp-prompts-per-group", "8",
     "--gsp-system-prompt-len", "384", "--gsp-question-len", "48", "--gsp-output-len", "24",
-    "--gsp-range-ratio", "0.5"), 48)
+    "--gsp-range-ratio", "0.5"), 32)
 #: Random token ids, no shared prefix: 256-token prompts, 24-token outputs, lengths in [0.5, 1] x nominal.
 RANDOM_IDS = Dataset("random-ids", (
     "--dataset-name", "random-ids", "--random-input-len", "256", "--random-output-len", "24",
-    "--random-range-ratio", "0.5"), 48)
+    "--random-range-ratio", "0.5"), 32)
 
 #: What a table reads of bench_serving's result (milliseconds, requests per second).
 FIELDS = ("mean_ttft_ms", "p99_ttft_ms", "mean_e2e_latency_ms", "p99_e2e_latency_ms", "request_throughput",
