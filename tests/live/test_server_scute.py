@@ -58,8 +58,9 @@ def reference(checkpoint, adapters, prompt_ids) -> dict[str | None, list[list[in
 @pytest.fixture(scope="module")
 def server(start_server, adapters):
     paths = ",".join(f"{n}:'{adapters[n]}'" for n in NAMES)
+    # NOTE: every request in flight together: above the CPU default of 8 running requests
     srv = start_server("model.dtype=float32", "+adapters=scute", f"adapters.paths={{{paths}}}",
-                       "adapters.max_per_batch=7", "sglang.sleep_on_idle=true")
+                       "adapters.max_per_batch=7", "sglang.sleep_on_idle=true", "sglang.max_running_requests=32")
     yield srv
     srv.stop()
 

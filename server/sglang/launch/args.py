@@ -39,6 +39,9 @@ def launch_fields(plan: LaunchPlan) -> LaunchFields:
     launch = LaunchFields(plan, dict(plan.sglang))
     for spec, binding in chosen(plan):
         launch.apply(f"+{spec.group} ({spec.target.rsplit('.', 1)[-1]})", binding.launch(spec, launch))
+    for name, value in plan.device_defaults.items():
+        # NOTE: after the options: a device default (server.cpu_sglang) yields to a forced flag.
+        launch.default(name, value)
     if plan.device == "cpu":
         # NOTE: CUDA graphs do not exist on CPU (device defaults, not an option's: stock gets them too).
         launch.default("cuda_graph_backend_decode", "disabled")
