@@ -179,7 +179,16 @@ class AcceleratorConfig:
     """The forward pass runs on the scheduler's own thread (CPU). SGLang's
     overlap loop processes an iteration's results after launching the next
     iteration, so clients see an iteration's tokens when the next one ends
-    (when one follows at once). Applied to simulated token times."""
+    (when one follows at once). Applied to simulated token times while the
+    overlap scheduler runs (not under an option that turns it off)."""
+    no_overlap_slowdown: float = 1.0
+    """Iteration time with SGLang's overlap scheduler off over with it on: what an
+    option that forces ``disable_overlap_schedule`` pays every iteration (1.0:
+    the overlap hides nothing here). GPU profiles take SGLang's published gain of
+    its overlap ("zero-overhead") scheduler, 1.1x throughput (SGLang v0.4 release
+    notes, lmsys.org 2024-12-04): not measured here. CPU: 1.0, the forward pass
+    runs on the scheduler's thread, so no device time hides the CPU work; there
+    the overlap only delays when clients see tokens (``synchronous_forward``)."""
     mem_fraction_static: float = 0.85
     """SGLang's share of memory for weights + KV pool (the rest: activations)."""
     chunked_prefill_size: int = 8192

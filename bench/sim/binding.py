@@ -75,6 +75,11 @@ class SimParts:
     """Policies told of every finished request, in binding order, after ``order``."""
     deployment: Deployment | None = None
     """The gateway's: the servers the trace is replayed over (``None``: one server)."""
+    overlap_off: list[str] = field(default_factory=list)
+    """Why SGLang's overlap scheduler is off in this server, one reason per kind that
+    forces it (as its server binding forces ``disable_overlap_schedule``; empty: on).
+    The run charges it (``overlap.overlap_charged``): the accelerator's
+    ``no_overlap_slowdown`` per iteration, and no ``synchronous_forward`` lag."""
 
 
 @runtime_checkable

@@ -51,6 +51,9 @@ class _CacheBinding:
                               "a cache that holds gaps: use cache.host_tier_tokens")
         parts.eviction = policy
         parts.host_tier_tokens = spec.host_settings().host_tier_tokens
+        if spec.needs_of().interior:
+            # NOTE: the server's gap cache forces disable_overlap_schedule (server/sglang/cache/binding.py)
+            parts.overlap_off.append(f"+cache ({spec.target}): the gap cache")
 
 
 class _AdmissionBinding:

@@ -18,7 +18,7 @@ from bench.metrics import RequestRecord, Timeline, hit_rate
 from bench.sim import CostModel, SimSettings, build_simulator, records_of
 from bench.sim.binding import Scope, SimParts, sim_parts
 from bench.sim.cluster import Cluster, ClusterSampler
-from bench.sim.overlap import IterationLog, client_visible
+from bench.sim.overlap import IterationLog, client_visible, overlap_charged
 from bench.traces import Trace
 from compose.specs import build_policy
 
@@ -58,9 +58,10 @@ def simulate_cluster(settings: BenchSettings, router: RouterPolicy, trace: Trace
     """``sim.replicas`` simulators behind ``router`` (``cluster.py``)."""
     n = settings.sim.replicas  # NOTE: >= 1 (servers.simulate)
     replicas = [sim_parts(settings, Scope.replica) for _ in range(n)]
-    sync = settings.accelerator.synchronous_forward
-    logs = [IterationLog(cost) if sync else None for _ in range(n)]
-    sims = [build_simulator(trace, it if it is not None else cost, sim_settings, p)
+    # NOTE: the replicas run the same kinds: one charge for all
+    charged, sync = overlap_charged(cost, settings.accelerator, replicas[0].overlap_off)
+    logs = [IterationLog(charged) if sync else None for _ in range(n)]
+    sims = [build_simulator(trace, it if it is not None else charged, sim_settings, p)
             for p, it in zip(replicas, logs, strict=True)]
     cluster = Cluster(trace, sims, router, seed=settings.sim.router_seed, key=settings.sim.routing_key)
     sampler = ClusterSampler(cluster, settings.metrics.timeline_dt_s)

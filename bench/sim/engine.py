@@ -14,8 +14,11 @@ Time advances by the cost model's iteration time. A prefill batch's requests
 get their (next) token at its end; a closed-loop follower is released its
 think time after its predecessor finished (or was turned away). SGLang's
 overlap scheduler (CPU scheduling hidden behind the GPU) is folded into the
-cost model's per-iteration overhead; its one-step lag in processing results is
-not modeled, nor are mixed prefill+decode batches (off by default).
+cost model's per-iteration overhead; an option that forces it off pays the
+accelerator's ``no_overlap_slowdown`` on every iteration instead
+(``overlap.overlap_charged``, outside this loop). Its one-step lag in
+processing results is modeled on CPU only (``synchronous_forward``), and mixed
+prefill+decode batches not at all (off by default).
 
 Gaps (a hollowing eviction policy or a host tier, ``bench/sim/cache.py``): a
 request admitted with hollow nodes on its matched path gets their KV back

@@ -34,6 +34,7 @@ import numpy as np
 
 from bench.counters import EngineCounters
 from bench.metrics import RequestRecord
+from bench.schema import AcceleratorConfig
 from bench.sim.cost import IterationCost
 
 #: SGLang drops a decode cadence sample at or above this (``STEP_MAX_US``).
@@ -145,3 +146,39 @@ def client_visible(records: Sequence[RequestRecord], log: IterationLog) -> list[
         times = move(r.token_times) if r.token_times is not None else None
         out.append(replace(r, first_token_s=float(first), finish_s=float(finish), token_times=times))
     return out
+
+
+class NoOverlap:
+    """A cost model wrapper: every iteration ``slowdown`` times as long (SGLang's
+    overlap scheduler off, ``AcceleratorConfig.no_overlap_slowdown``)."""
+
+    def __init__(self, cost: IterationCost, slowdown: float) -> None:
+        self.cost = cost
+        self.slowdown = slowdown
+
+    def __getattr__(self, name: str) -> Any:  # kv_bytes_per_token, shape, ...
+        return getattr(self.cost, name)
+
+    def prefill_time(self, extends: list[tuple[int, int]], *gap_work: Any) -> float:
+        return self.cost.prefill_time(extends, *gap_work) * self.slowdown
+
+    def decode_time(self, batch: int, context_tokens: int) -> float:
+        return self.cost.decode_time(batch, context_tokens) * self.slowdown
+
+    def verify_time(self, batch: int, draft: int, context_tokens: int, extra_s: float = 0.0) -> float:
+        return self.cost.verify_time(batch, draft, context_tokens, extra_s) * self.slowdown
+
+
+def overlap_charged(cost: IterationCost, accel: AcceleratorConfig, overlap_off: Sequence[str]
+                    ) -> tuple[IterationCost, bool]:
+    """``(cost model, clients see tokens one iteration late)`` of a server whose chosen kinds
+    turned SGLang's overlap scheduler off for ``overlap_off``'s reasons (empty: it runs).
+
+    NOTE: as the server runs it: an option that forces ``disable_overlap_schedule``
+    pays the accelerator's ``no_overlap_slowdown`` on every iteration, and its
+    clients see each iteration's tokens when it ends (no ``synchronous_forward`` lag)."""
+    if not overlap_off:
+        return cost, accel.synchronous_forward
+    if accel.no_overlap_slowdown == 1.0:
+        return cost, False
+    return NoOverlap(cost, accel.no_overlap_slowdown), False

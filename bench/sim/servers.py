@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from bench.metrics import RequestRecord, Timeline
 from bench.sim import CostModel, SimSettings, TimelineSampler, build_simulator, records_of
 from bench.sim.binding import Scope, counter_names, sim_parts
-from bench.sim.overlap import IterationLog, client_visible
+from bench.sim.overlap import IterationLog, client_visible, overlap_charged
 from bench.traces import Trace
 from compose.config import ConfigError
 
@@ -64,9 +64,9 @@ def _autoregressive_server(settings: BenchSettings, trace: Trace, cost: CostMode
     log.info("bench: KV pool %d tokens, %d request slots", sim_settings.capacity,
              sim_settings.max_running_requests)
     parts = sim_parts(settings, Scope.replica)
-    sync = settings.accelerator.synchronous_forward
-    iterations = IterationLog(cost) if sync else None
-    sim = build_simulator(trace, iterations if iterations is not None else cost, sim_settings, parts)
+    charged, sync = overlap_charged(cost, settings.accelerator, parts.overlap_off)
+    iterations = IterationLog(charged) if sync else None
+    sim = build_simulator(trace, iterations if iterations is not None else charged, sim_settings, parts)
     if iterations is not None:
         iterations.clock = lambda: sim.now
     sampler = TimelineSampler(settings.metrics.timeline_dt_s)
@@ -84,6 +84,7 @@ def _autoregressive_server(settings: BenchSettings, trace: Trace, cost: CostMode
         # NOTE: every kind's counters, 0 where it is not chosen (SimBinding.counters)
         **dict.fromkeys(counter_names(), 0), **sim.counters(),
         "restored_tokens": sim.restored_tokens,
+        **({"overlap_off": list(parts.overlap_off)} if parts.overlap_off else {}),
         "token_times": "as clients see them (synchronous forward: one iteration late)" if sync
         else "iteration ends",
     }

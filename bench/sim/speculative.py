@@ -137,6 +137,8 @@ class _SpeculativeBinding:
         seam = SpeculationSeam(policy, host, settings.sim.spec)
         parts.seams.append(seam)
         parts.observers.append(seam)
+        # NOTE: the server's drafter forces disable_overlap_schedule (server/sglang/speculative/binding.py)
+        parts.overlap_off.append(f"+speculative ({spec.target}): the draft length changes between steps")
 
 
 BINDING = _SpeculativeBinding()

@@ -96,3 +96,17 @@ def test_the_readme_note_states_the_flags_or_why_it_cannot():
     assert forced_note("admission", "basin") == ""
     assert "refused" in forced_note("policy", "dwise")
 
+
+@pytest.mark.parametrize(("group", "option"), _options())
+def test_the_simulator_turns_the_overlap_scheduler_off_where_the_server_does(group, option):
+    """One rule on both roads: the simulated server runs without SGLang's overlap scheduler
+    (and is charged for it, ``bench/sim/overlap.overlap_charged``) exactly when the server forces it off."""
+    from bench.config import compose_bench, resolve_bench
+    from bench.sim.binding import Scope, sim_parts
+
+    extra = EXTRA.get((group, option), [])
+    server_off = any(f.flag.field == "disable_overlap_schedule" and f.flag.value is True
+                     for f in forced_flags(_plan(f"+{group}={option}", *extra)))
+    sim_extra = ["sim.dllm.enabled=true"] if "model=sdar_tiny" in extra else [e for e in extra if e.startswith("+")]
+    settings = resolve_bench(compose_bench([f"+{group}={option}", *sim_extra]))
+    assert bool(sim_parts(settings, Scope.replica).overlap_off) == server_off

@@ -59,7 +59,7 @@ GOLDEN: dict[str, str] = {
     "dwise": "1b54ea31d1d60b85",
     "fairway": "7c220d01a4965bbe",
     "leap": "02c6d148c03a235c",
-    "penelope": "5981e0cde8ea96ec",
+    "penelope": "83ed70663719b524",
     "router": "b52e81835d290dc3",
     "scute": "b2abaa3691763415",
     "stock_dllm": "4382b9c077f43af2",
