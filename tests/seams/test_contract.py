@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,10 +72,21 @@ def test_missing_hooked_symbol_fails_startup_with_a_clear_message(monkeypatch, t
     assert launch.main() == launch.EXIT_CONTRACT
     assert "init_schedule_policy is missing" in capsys.readouterr().err
 
-    # In every other SGLang process the plugin stops the process: SGLang's plugin
-    # loader swallows Exceptions, so the plugin raises SystemExit.
+    # In every other SGLang process that runs the scheduler the plugin stops the process:
+    # SGLang's plugin loader swallows Exceptions, so the plugin raises SystemExit.
     with pytest.raises(SystemExit, match="init_schedule_policy is missing"):
         plugin.register()
+
+
+def test_the_plugin_leaves_a_process_without_the_scheduler_alone(monkeypatch, tmp_path):
+    """The detokenizer never imports SGLang's scheduler module and runs no hook: the plugin
+    neither verifies (which would import the scheduler stack) nor installs there."""
+    monkeypatch.delattr(sglang_scheduler.Scheduler, "init_schedule_policy")
+    _, path = plan_file(tmp_path, "+policy=shortest_prefill")
+    monkeypatch.setenv(PLAN_ENV, str(path))
+    monkeypatch.delitem(sys.modules, plugin.SCHEDULER_MODULE)
+    plugin.register()  # a broken contract, yet nothing checked and nothing raised
+    assert plugin.SCHEDULER_MODULE not in sys.modules
 
 
 def test_changed_signature_is_reported(monkeypatch):

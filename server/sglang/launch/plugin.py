@@ -2,8 +2,9 @@
 
 SGLang calls ``register()`` early in every process it starts (launcher,
 schedulers, detokenizer). It is inert unless Switchboard launched SGLang
-(``$SWITCHBOARD_PLAN`` names the plan). Then it verifies the hook contract and
-installs the chosen policies in the processes that run SGLang's scheduler.
+(``$SWITCHBOARD_PLAN`` names the plan). Then, in the processes that run (or
+launch) SGLang's scheduler, it verifies the hook contract and installs the
+chosen policies. The detokenizer runs no hook: it is left as SGLang starts it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ def register() -> None:
     """SGLang plugin entry point."""
     plan_path = os.environ.get(PLAN_ENV)
     if not plan_path:
+        return
+    if SCHEDULER_MODULE not in sys.modules:
+        # NOTE: SGLang loads plugins from the scheduler's own module (run_scheduler_process)
+        # and the launcher verifies before loading them (launch/main.py); a process
+        # without that module (the detokenizer) runs none of the hooked symbols, and
+        # verifying there would import the whole scheduler stack for nothing.
         return
     from server.resolve import LaunchPlan
     from server.sglang.launch.contract import HookContractError, verify
