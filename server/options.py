@@ -1,5 +1,8 @@
 """``python -m server.options``: the README's options table, with the SGLang flags each option forces.
 
+    python -m server.options                             # the README's table
+    python -m server.options --controls +cache=penelope  # stock's overrides under the same flags
+
 The table is ``compose.help.options_table`` (what each option does, from
 ``conf/``) with one note per kind's option: the ``sglang.*`` flags its server
 binding forces on CPU (``ForcedFlag``), composed as ``python -m server
@@ -21,7 +24,7 @@ import argparse
 from compose.config import CONFIG_NAME, ConfigError, compose
 from compose.help import options_table, reader_may_leave
 from server.resolve import resolve
-from server.sglang.launch.args import forced_flags
+from server.sglang.launch.args import controls, forced_flags
 
 #: The device the table's flags are stated for (this project's CI and laptops).
 DEVICE = "cpu"
@@ -50,10 +53,21 @@ def table() -> str:
 
 
 def main() -> None:
-    """``python -m server.options``: print the README's options table."""
-    argparse.ArgumentParser(description=main.__doc__).parse_args()
+    """``python -m server.options``: print the README's options table;
+    ``--controls <overrides>``: the overrides that run stock SGLang under the flags those
+    overrides' options force (a live comparison's control row), one per line."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--controls", nargs="*", metavar="OVERRIDE",
+                        help="a server command line's overrides (e.g. +cache=penelope)")
+    args = parser.parse_args()
     with reader_may_leave():
-        print(table())
+        if args.controls is not None:
+            try:
+                print("\n".join(controls(resolve(compose(list(args.controls))))))
+            except ConfigError as exc:
+                raise SystemExit(f"switchboard: config error: {exc}") from None
+        else:
+            print(table())
 
 
 if __name__ == "__main__":
