@@ -11,11 +11,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+from bench.live.server import ServerProcess
 
 #: bench_serving's backend for our server's OpenAI completions route.
 BACKEND = "sglang-oai"
@@ -70,3 +73,26 @@ def bench_serving(base_url: str, dataset: Dataset, rate: float, seed: int, out_d
     if result["completed"] != dataset.num_prompts:
         raise RuntimeError(f"{tag}: {result['completed']} of {dataset.num_prompts} requests completed")
     return {k: result[k] for k in FIELDS}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One bench_serving run on a server: what to print, the workload, its rate and seed."""
+
+    label: str
+    dataset: Dataset
+    rate: float
+    seed: int
+
+
+def runs_on_server(overrides: Sequence[str], runs: Sequence[Run], tmp: Path, name: str) -> list[dict[str, Any]]:
+    """Start ``python -m server <overrides>`` (its log ``tmp/<name>.log``), do ``runs`` on it in
+    order, printing each result's line; every run's ``FIELDS``, in order."""
+    results = []
+    with ServerProcess(list(overrides), tmp / f"{name}.log") as server:
+        for i, run in enumerate(runs):
+            r = bench_serving(server.base_url, run.dataset, run.rate, run.seed, tmp, f"{name}-{i}")
+            print(f"{run.label}: TTFT {r['mean_ttft_ms'] / 1e3:.2f} s, E2E {r['mean_e2e_latency_ms'] / 1e3:.2f} s, "
+                  f"{r['request_throughput']:.2f} req/s", flush=True)
+            results.append(r)
+    return results

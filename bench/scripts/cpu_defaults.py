@@ -38,8 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.live.peer import RANDOM_IDS, SHARED_PREFIX, Dataset, bench_serving
-from bench.live.server import ServerProcess
+from bench.live.peer import RANDOM_IDS, SHARED_PREFIX, Dataset, Run, runs_on_server
 from bench.scripts.common import add_output_args, git_commit
 
 STOCK = ("sglang.disable_overlap_schedule=false", "sglang.chunked_prefill_size=null",
@@ -79,16 +78,10 @@ def measure(configs: tuple[Config, ...], sets: tuple[tuple[str, Dataset, int], .
     """Every configuration's server under every set and load: bench_serving's fields per cell."""
     cells: dict[tuple[str, str, str], Cell] = {}
     for n, config in enumerate(configs):
-        with ServerProcess(list(config.overrides), tmp / f"server-{n}.log") as server:
-            for set_label, dataset, seed in sets:
-                for load, rate in loads:
-                    tag = f"c{n}-{dataset.name}-{seed}-{rate:g}"
-                    cells[config.label, set_label, load] = bench_serving(server.base_url, dataset, rate, seed,
-                                                                         tmp, tag)
-                    c = cells[config.label, set_label, load]
-                    print(f"{config.label} | {set_label} | {load}: TTFT {c['mean_ttft_ms'] / 1e3:.2f} s, "
-                          f"E2E {c['mean_e2e_latency_ms'] / 1e3:.2f} s, {c['request_throughput']:.2f} req/s",
-                          flush=True)
+        jobs = [((config.label, set_label, load), Run(f"{config.label} | {set_label} | {load}", dataset, rate, seed))
+                for set_label, dataset, seed in sets for load, rate in loads]
+        results = runs_on_server(config.overrides, [run for _, run in jobs], tmp, f"server-{n}")
+        cells.update(zip([key for key, _ in jobs], results, strict=True))
     return cells
 
 

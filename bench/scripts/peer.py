@@ -32,8 +32,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.live.peer import RANDOM_IDS, SHARED_PREFIX, Dataset, bench_serving
-from bench.live.server import REPO, ServerProcess
+from bench.live.peer import RANDOM_IDS, SHARED_PREFIX, Dataset, Run, runs_on_server
+from bench.live.server import REPO
 from bench.scripts.common import add_output_args, git_commit
 from compose.catalog import groups
 from compose.config import CONFIG_NAME
@@ -90,17 +90,12 @@ def measure(rows: list[tuple[str, tuple[str, ...]]], sets: tuple[Dataset, ...],
     """Every row's server under every dataset, load and repeat: bench_serving's fields per run."""
     runs: dict[Key, list[dict[str, float]]] = {}
     for n, (label, overrides) in enumerate(rows):
-        with ServerProcess(list(overrides), tmp / f"server-{n}.log") as server:
-            for dataset in sets:
-                for load, rate in loads:
-                    for r in range(repeats):
-                        result = bench_serving(server.base_url, dataset, rate, SEED, tmp,
-                                               f"r{n}-{dataset.name}-{rate:g}-{r}")
-                        runs.setdefault((label, dataset.name, load), []).append(result)
-                        print(f"{label} | {dataset.name} | {load} | run {r + 1}: "
-                              f"TTFT {result['mean_ttft_ms'] / 1e3:.2f} s, "
-                              f"E2E {result['mean_e2e_latency_ms'] / 1e3:.2f} s, "
-                              f"{result['request_throughput']:.2f} req/s", flush=True)
+        plan = [((label, dataset.name, load), Run(f"{label} | {dataset.name} | {load} | run {r + 1}", dataset, rate,
+                                                  SEED))
+                for dataset in sets for load, rate in loads for r in range(repeats)]
+        results = runs_on_server(overrides, [run for _, run in plan], tmp, f"server-{n}")
+        for (key, _), result in zip(plan, results, strict=True):
+            runs.setdefault(key, []).append(result)
     return runs
 
 
