@@ -50,11 +50,10 @@ def register() -> None:
 
 
 def install(plan: LaunchPlan) -> None:
-    """Install the chosen kinds in this process through their bindings (idempotent per process)."""
-    # NOTE: only processes that run (or launch) SGLang's scheduler import its
-    # module; the detokenizer does not, and needs none of these hooks.
-    if SCHEDULER_MODULE not in sys.modules:
-        return
+    """Install the chosen kinds in this process through their bindings (idempotent per process).
+
+    NOTE: called where SGLang's scheduler module is imported (``register`` returns before
+    it elsewhere)."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     from server.sglang.launch.binding import SchedulerParts, chosen
