@@ -32,6 +32,9 @@ LONG = ("Write a detailed essay about the history of {t}.", "Tell a story about 
 BURST_TOPICS = ("coffee", "whales", "chess", "glaciers", "tea", "trains")
 #: The blocker's length: long enough that the whole burst queues behind it.
 BLOCKER_TOKENS = 384
+#: Every burst request's length (``ignore_eos``): completions one request apart are
+#: this many decode steps apart, so a client thread's wake-up delay cannot swap them.
+BURST_TOKENS = 32
 
 
 def burst_prompts() -> list[str]:
@@ -113,7 +116,11 @@ def serve_burst(base_url: str) -> tuple[list[str], float, float]:
     loaded machine, so the arrival order the FCFS check relies on was not known.
     NOTE: the blocker must outlast queueing six prompts on a loaded 2-core CI
     machine: 96 tokens did not once (the sixth queued 0.07 s after it ended), so
-    it runs ``BLOCKER_TOKENS``; the wait ends early only when the blocker does."""
+    it runs ``BLOCKER_TOKENS``; the wait ends early only when the blocker does.
+    NOTE: completion order is read on the client, so consecutive completions must be
+    far apart: at 16 tokens without ``ignore_eos`` a one-word answer finished ~3 decode
+    steps after a story, and CI's loaded client once saw them swapped. Every request
+    now runs ``BURST_TOKENS`` (the order under test is by *predicted* length)."""
     done: list[tuple[float, str]] = []
     lock = threading.Lock()
     blocker_end: list[float] = []
@@ -124,7 +131,7 @@ def serve_burst(base_url: str) -> tuple[list[str], float, float]:
         blocker_end.append(time.monotonic())
 
     def one(text: str) -> None:
-        chat(base_url, text, 16).raise_for_status()
+        chat(base_url, text, BURST_TOKENS, ignore_eos=True).raise_for_status()
         with lock:
             done.append((time.monotonic(), text))
 
