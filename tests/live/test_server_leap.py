@@ -109,14 +109,15 @@ def test_features_are_hf_mean_prompt_embedding_and_the_head_learns_online(server
 
 def serve_burst(base_url: str) -> tuple[list[str], float, float]:
     """A long blocker, then the burst queued behind it one by one; returns the burst's
-    prompts in completion order, when the last one was sent and when the blocker finished.
+    prompts in completion order, when the last one was sent and when the blocker ended.
 
     NOTE: each prompt is sent once the previous one is in SGLang's waiting queue
     (server state, not a sleep): client threads 0.1 s apart swapped places on a
     loaded machine, so the arrival order the FCFS check relies on was not known.
     NOTE: the blocker must outlast queueing six prompts on a loaded 2-core CI
     machine: 96 tokens did not once (the sixth queued 0.07 s after it ended), so
-    it runs ``BLOCKER_TOKENS``; the wait ends early only when the blocker does.
+    it may run ``BLOCKER_TOKENS``; once the sixth is queued its client disconnects
+    and SGLang aborts it (the burst then starts at once, as after any finish).
     NOTE: completion order is read on the client, so consecutive completions must be
     far apart: at 16 tokens without ``ignore_eos`` a one-word answer finished ~3 decode
     steps after a story, and CI's loaded client once saw them swapped. Every request
@@ -124,10 +125,16 @@ def serve_burst(base_url: str) -> tuple[list[str], float, float]:
     done: list[tuple[float, str]] = []
     lock = threading.Lock()
     blocker_end: list[float] = []
+    release = threading.Event()
 
     def blocker() -> None:
-        chat(base_url, "Write a detailed essay about the history of jazz.", BLOCKER_TOKENS,
-             ignore_eos=True).raise_for_status()
+        with httpx.stream("POST", base_url + "/v1/chat/completions", timeout=300, json={
+                "model": "default", "messages": [{"role": "user", "content": "Write a detailed essay about the history of jazz."}],
+                "max_tokens": BLOCKER_TOKENS, "temperature": 0, "ignore_eos": True, "stream": True}) as r:
+            r.raise_for_status()
+            for _ in r.iter_lines():
+                if release.is_set():
+                    break  # NOTE: closing the stream is the disconnect SGLang aborts on
         blocker_end.append(time.monotonic())
 
     def one(text: str) -> None:
@@ -143,6 +150,7 @@ def serve_burst(base_url: str) -> tuple[list[str], float, float]:
         threads[-1].start()
         wait_for(lambda i=i: bool(blocker_end) or loads(base_url)["num_waiting_reqs"] == i, what=f"prompt {i} queued")
     last_sent = time.monotonic()
+    release.set()
     for t in threads:
         t.join()
     return [text for _, text in sorted(done)], last_sent, blocker_end[0]
