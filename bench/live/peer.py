@@ -9,6 +9,7 @@ result read back. Only the datasets that need no download are offered
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -18,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from bench.live.server import ServerProcess
+from bench.live.server import REPO, ServerProcess
 
 #: bench_serving's backend for our server's OpenAI completions route.
 BACKEND = "sglang-oai"
@@ -57,21 +58,35 @@ def tokenizer_path(base_url: str) -> str:
     return str(httpx.get(base_url + "/model_info", timeout=60).json()["tokenizer_path"])
 
 
-def bench_serving(base_url: str, dataset: Dataset, rate: float, seed: int, out_dir: Path, tag: str,
-                  timeout_s: float = 1800) -> dict[str, Any]:
-    """One ``python -m sglang.bench_serving`` run at ``rate`` requests per second (Poisson
-    arrivals, its default); its result's ``FIELDS``. Raises on a failed run or a lost request."""
-    out = out_dir / f"{tag}.jsonl"
-    argv = [sys.executable, "-m", "sglang.bench_serving", "--backend", BACKEND, "--base-url", base_url,
-            "--tokenizer", tokenizer_path(base_url), *dataset.flags, "--num-prompts", str(dataset.num_prompts),
-            "--request-rate", str(rate), "--seed", str(seed), "--flush-cache", "--disable-tqdm",
-            "--output-file", str(out), "--tag", tag]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
-    if proc.returncode != 0 or not out.exists():
-        raise RuntimeError(f"bench_serving failed ({proc.returncode}): {' '.join(argv)}\n{proc.stderr[-3000:]}")
+def bench_serving_argv(base_url: str, tokenizer: str, dataset: Dataset, rate: float, seed: int,
+                       out: Path, tag: str) -> list[str]:
+    """The arguments of one ``python -m sglang.bench_serving`` run at ``rate`` requests per
+    second (Poisson arrivals, its default), its result appended to ``out``."""
+    return ["--backend", BACKEND, "--base-url", base_url, "--tokenizer", tokenizer, *dataset.flags,
+            "--num-prompts", str(dataset.num_prompts), "--request-rate", str(rate), "--seed", str(seed),
+            "--flush-cache", "--disable-tqdm", "--output-file", str(out), "--tag", tag]
+
+
+def bench_serving_runs(argvs: Sequence[list[str]], timeout_s: float = 3600) -> None:
+    """Run bench_serving once per argument list, in order, in one interpreter (``peer_driver``).
+
+    NOTE: each run is bench_serving's own command-line entry with exactly those
+    arguments; one interpreter per server only saves re-importing SGLang for every
+    run (8 s each here). Offline: bench_serving first looks the served model's name
+    up on the Hugging Face hub, and with no hub reachable its retries cost 46 s of
+    every run before it falls back to the local tokenizer it was given."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    argv = [sys.executable, "-m", "bench.live.peer_driver", json.dumps(list(argvs))]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=REPO)
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench_serving failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+
+
+def read_result(out: Path, dataset: Dataset) -> dict[str, Any]:
+    """``FIELDS`` of the run whose result is in ``out``; raises on a lost request."""
     result = json.loads(out.read_text().splitlines()[-1])
     if result["completed"] != dataset.num_prompts:
-        raise RuntimeError(f"{tag}: {result['completed']} of {dataset.num_prompts} requests completed")
+        raise RuntimeError(f"{out.stem}: {result['completed']} of {dataset.num_prompts} requests completed")
     return {k: result[k] for k in FIELDS}
 
 
@@ -90,9 +105,13 @@ def runs_on_server(overrides: Sequence[str], runs: Sequence[Run], tmp: Path, nam
     order, printing each result's line; every run's ``FIELDS``, in order."""
     results = []
     with ServerProcess(list(overrides), tmp / f"{name}.log") as server:
-        for i, run in enumerate(runs):
-            r = bench_serving(server.base_url, run.dataset, run.rate, run.seed, tmp, f"{name}-{i}")
-            print(f"{run.label}: TTFT {r['mean_ttft_ms'] / 1e3:.2f} s, E2E {r['mean_e2e_latency_ms'] / 1e3:.2f} s, "
-                  f"{r['request_throughput']:.2f} req/s", flush=True)
-            results.append(r)
+        tokenizer = tokenizer_path(server.base_url)
+        outs = [tmp / f"{name}-{i}.jsonl" for i in range(len(runs))]
+        bench_serving_runs([bench_serving_argv(server.base_url, tokenizer, run.dataset, run.rate, run.seed, out,
+                                               out.stem) for run, out in zip(runs, outs, strict=True)])
+    for run, out in zip(runs, outs, strict=True):
+        r = read_result(out, run.dataset)
+        print(f"{run.label}: TTFT {r['mean_ttft_ms'] / 1e3:.2f} s, E2E {r['mean_e2e_latency_ms'] / 1e3:.2f} s, "
+              f"{r['request_throughput']:.2f} req/s", flush=True)
+        results.append(r)
     return results
