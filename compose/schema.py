@@ -115,6 +115,15 @@ class ServerConfig:
     """JSONL file the scheduler appends every finished request to, as the
     policies saw it (captured features and a length predictor's prediction
     included); null = no log."""
+    api_key_file: str | None = None
+    """File holding the API key (its only line) that clients send as
+    ``Authorization: Bearer <key>``; ``$SWITCHBOARD_API_KEY`` is the other way to
+    give it (never ``sglang.api_key``: a command line is public). The workers and
+    the gateway (``+router=``) take the same key; health, readiness and metrics
+    stay open. null = no key (every endpoint open)."""
+    admin_api_key_file: str | None = None
+    """File holding SGLang's admin key (its control endpoints: cache flush, weight
+    updates); or ``$SWITCHBOARD_ADMIN_API_KEY``. Needs an API key too."""
 
 
 @dataclass(frozen=True)
@@ -221,6 +230,13 @@ class RouterHostConfig:
     ``--retry-max-retries``); each attempt re-runs the policy."""
     request_timeout_secs: int = 1800
     """The gateway's per-request timeout."""
+    tenant_keys_file: str | None = None
+    """File of the gateway's per-tenant keys, one ``tenant:key`` per line (SMG's
+    ``--tenant-api-key``, kept off the command line); needs ``server.api_key_file``."""
+    tls_cert_path: str | None = None
+    """PEM certificate the gateway serves HTTPS with (with ``tls_key_path``); null: plain HTTP."""
+    tls_key_path: str | None = None
+    """PEM private key of ``tls_cert_path``."""
 
     def __post_init__(self) -> None:
         for name in ("prometheus_port", "health_check_port"):
@@ -234,6 +250,8 @@ class RouterHostConfig:
             raise ValueError(f"max_retries: must be >= 0, got {self.max_retries}")
         if self.request_timeout_secs < 1:
             raise ValueError(f"request_timeout_secs: must be >= 1, got {self.request_timeout_secs}")
+        if (self.tls_cert_path is None) != (self.tls_key_path is None):
+            raise ValueError("tls_key_path: set with tls_cert_path (both or neither)")
 
 
 #: Keys that moved, with their new place and why (a clear error, never ignored).

@@ -19,7 +19,7 @@ import sys
 from typing import NoReturn
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from compose.config import CONF_DIR, CONFIG_NAME, ConfigError, compose
 from compose.help import reader_may_leave, register_resolver
@@ -38,6 +38,7 @@ def run(cfg: DictConfig) -> int:
     """Resolve ``cfg``, materialize the model, and supervise SGLang (and the gateway)."""
     from compose.model import ModelCacheError, ensure_default_model
     from compose.schema import ModelSource
+    from server.auth import load_keys
     from server.cluster.plan import resolve_cluster
     from server.resolve import describe, resolve
     from server.supervisor import supervise
@@ -50,11 +51,14 @@ def run(cfg: DictConfig) -> int:
         plan = resolve(cfg)
         validate(plan)  # NOTE: SGLang's own parser checks sglang.* before any model work
         cluster = resolve_cluster(cfg, plan)
+        keys = load_keys(cfg.server.api_key_file, cfg.server.admin_api_key_file,
+                         OmegaConf.select(cfg, "router.tenant_keys_file"))
     except ConfigError as exc:
         _fail(str(exc))
+    log.info("%s", keys.describe())
     if cluster is not None and not cluster.workers:
         log.info("gateway only (workers discovered): %s", " ".join(cluster.gateway.argv[1:]))
-        return supervise(plan, cluster)
+        return supervise(plan, cluster, keys)
     if plan.model_path is None:
         assert plan.default_model is not None  # NOTE: resolve() sets it whenever model_path is None
         try:
@@ -74,7 +78,7 @@ def run(cfg: DictConfig) -> int:
     if cluster is not None:
         log.info("cluster: %d workers on ports %s behind %s", len(cluster.workers),
                  ", ".join(str(w.sglang["port"]) for w in cluster.workers), cluster.gateway.url)
-    return supervise(plan, cluster)
+    return supervise(plan, cluster, keys)
 
 
 def _exit_now(code: int) -> NoReturn:

@@ -30,6 +30,14 @@ OWNED_SGLANG_FIELDS: dict[str, str] = {
     "log_level": "server.log_level",
 }
 
+#: ServerArgs fields holding a secret, and where the key is given instead.
+#: NOTE: never a literal in the config: a command line is visible to every local
+#: user, and the plan is written to a file (``server.auth``).
+SECRET_SGLANG_FIELDS: dict[str, str] = {
+    "api_key": "server.api_key_file (or $SWITCHBOARD_API_KEY)",
+    "admin_api_key": "server.admin_api_key_file (or $SWITCHBOARD_ADMIN_API_KEY)",
+}
+
 
 @dataclass(frozen=True)
 class LaunchPlan:
@@ -104,6 +112,9 @@ def resolve(cfg: DictConfig) -> LaunchPlan:
     user_sglang = OmegaConf.to_container(cfg.sglang, resolve=True)
     assert isinstance(user_sglang, dict)
     for key in user_sglang:
+        if key in SECRET_SGLANG_FIELDS:
+            raise ConfigError(f"sglang.{key} would put a key on the command line, where every local user "
+                              f"reads it: set {SECRET_SGLANG_FIELDS[key]}")
         if key in OWNED_SGLANG_FIELDS:
             raise ConfigError(
                 f"set {OWNED_SGLANG_FIELDS[key]} instead of sglang.{key} "

@@ -19,11 +19,13 @@ once more on the way out, and each child gets SIGTERM if the supervisor dies
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from server.auth import Keys, put_keys
 from server.cluster.plan import ClusterPlan
 from server.process import Child, StopSignal, healthy
 from server.resolve import LaunchPlan
@@ -35,10 +37,18 @@ EXIT_UNIT_FAILED = 1
 POLL_S = 0.2
 
 
-def _sglang_child(name: str, plan: LaunchPlan, run_dir: Path, cpus: tuple[int, ...] = ()) -> Child:
+def _sglang_child(name: str, plan: LaunchPlan, run_dir: Path, keys: Keys, cpus: tuple[int, ...] = ()) -> Child:
     plan_path = run_dir / f"plan-{plan.sglang['port']}.json"
-    plan_path.write_text(plan.to_json())
-    return Child(name, LAUNCHER, env=child_env(plan, plan_path), cpus=cpus)
+    plan_path.write_text(plan.to_json())  # NOTE: holds no key (server.auth)
+    env = child_env(plan, plan_path)
+    put_keys(keys, env)
+    return Child(name, LAUNCHER, env=env, cpus=cpus)
+
+
+def _gateway_child(cluster: ClusterPlan, keys: Keys) -> Child:
+    env = dict(os.environ)
+    put_keys(keys, env)
+    return Child("gateway", cluster.gateway.argv, env=env)
 
 
 def _wait_all(children: list[Child], stop: StopSignal) -> None:
@@ -51,12 +61,15 @@ def _wait_all(children: list[Child], stop: StopSignal) -> None:
         time.sleep(POLL_S)
 
 
-def supervise(plan: LaunchPlan, cluster: ClusterPlan | None = None) -> int:
-    """Run ``plan`` (or ``cluster``) until it exits or we are told to stop; return an exit code."""
+def supervise(plan: LaunchPlan, cluster: ClusterPlan | None = None, keys: Keys | None = None) -> int:
+    """Run ``plan`` (or ``cluster``) until it exits or we are told to stop; return an exit code.
+
+    ``keys`` (``server.auth``) reach each SGLang process and the gateway in its environment."""
+    keys = keys or Keys()
     with tempfile.TemporaryDirectory(prefix="switchboard-run-") as tmp:
         if cluster is None:
-            return _supervise_one(_sglang_child("SGLang", plan, Path(tmp)), plan.shutdown_grace_s)
-        return _Unit(cluster, Path(tmp), plan.shutdown_grace_s).run()
+            return _supervise_one(_sglang_child("SGLang", plan, Path(tmp), keys), plan.shutdown_grace_s)
+        return _Unit(cluster, Path(tmp), plan.shutdown_grace_s, keys).run()
 
 
 def _supervise_one(child: Child, grace_s: float) -> int:
@@ -76,14 +89,14 @@ def _supervise_one(child: Child, grace_s: float) -> int:
 class _Unit:
     """The workers and the gateway of one ``+router=`` command."""
 
-    def __init__(self, cluster: ClusterPlan, run_dir: Path, grace_s: float) -> None:
+    def __init__(self, cluster: ClusterPlan, run_dir: Path, grace_s: float, keys: Keys) -> None:
         self.cluster = cluster
         self.grace_s = grace_s
         self.workers = [
-            _sglang_child(f"worker {i} (port {w.sglang['port']})", w, run_dir,
+            _sglang_child(f"worker {i} (port {w.sglang['port']})", w, run_dir, keys,
                           cluster.cpu_sets[i] if cluster.cpu_sets else ())
             for i, w in enumerate(cluster.workers)]
-        self.gateway = Child("gateway", cluster.gateway.argv)
+        self.gateway = _gateway_child(cluster, keys)
         self.restarts = 0
         self.failed = False
         self._next_probe = 0.0

@@ -27,9 +27,10 @@ CONVERSATIONS: list[list[str]] = [
 MAX_TOKENS = 48
 
 
-def client(base_url: str, **kw: Any) -> openai.OpenAI:
-    """The real ``openai`` client pointed at a Switchboard server."""
-    return openai.OpenAI(base_url=base_url + "/v1", api_key="none", **kw)
+def client(base_url: str, api_key: str = "none", **kw: Any) -> openai.OpenAI:
+    """The real ``openai`` client pointed at a Switchboard server (``api_key``: its
+    ``server.api_key_file`` key, if it has one)."""
+    return openai.OpenAI(base_url=base_url + "/v1", api_key=api_key, **kw)
 
 
 class HFReference:

@@ -4,16 +4,18 @@ SMG (``smg`` on PyPI, pinned) does the routing; Switchboard never routes. A
 routing policy cannot run inside SMG, so its ``needs`` name the SMG policy it
 twins and the flags carrying its parameters (``policies/router``); this module
 turns them, with the host settings under ``router.*``, into one ``smg launch``
-command. Nothing here knows an option's name.
+command (run by ``smg_main``, which adds the keys). Nothing here knows an option's name.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from compose.config import ConfigError
 from compose.schema import ClusterConfig, RouterHostConfig
@@ -25,8 +27,9 @@ from policies.router import RouterNeeds
 PROMETHEUS_OFFSET = 1000
 
 
-#: The gateway's command; its arguments follow.
-SMG_LAUNCH = (sys.executable, "-m", "smg", "launch")
+#: The gateway's command; its arguments follow (``smg launch``'s, through the
+#: wrapper that gives SMG its keys from the environment: ``smg_main``).
+SMG_LAUNCH = (sys.executable, "-m", "server.cluster.smg_main")
 
 #: The model name that clients may always use (SGLang's own default name).
 DEFAULT_ALIAS = "default"
@@ -94,8 +97,21 @@ def gateway_plan(needs: RouterNeeds, settings: RouterHostConfig, *, host: str, p
              "--model-alias", f"{DEFAULT_ALIAS}={model_name}"]
     if settings.health_check_port is not None:
         argv += ["--health-check-port", str(settings.health_check_port)]
+    scheme = "http"
+    if settings.tls_cert_path is not None and settings.tls_key_path is not None:
+        argv += ["--tls-cert-path", _readable(settings.tls_cert_path, "router.tls_cert_path"),
+                 "--tls-key-path", _readable(settings.tls_key_path, "router.tls_key_path")]
+        scheme = "https"
     check_with_smg(argv[len(SMG_LAUNCH):])
-    return GatewayPlan(tuple(argv), f"http://{_client_host(host)}:{port}", tuple(worker_urls), grace_s)
+    return GatewayPlan(tuple(argv), f"{scheme}://{_client_host(host)}:{port}", tuple(worker_urls), grace_s)
+
+
+def _readable(path: str, field_name: str) -> str:
+    """``path`` made absolute; a ``ConfigError`` naming ``field_name`` unless it is a readable file."""
+    p = Path(path).expanduser().resolve()
+    if not p.is_file() or not os.access(p, os.R_OK):
+        raise ConfigError(f"{field_name}={path}: not a readable file")
+    return str(p)
 
 
 def check_with_smg(args: Sequence[str]) -> None:

@@ -17,8 +17,9 @@ from tests.conftest import REPO
 SEAM_BENCHMARKS = {"bench/scripts/order_overhead.py", "bench/scripts/cache_overhead.py",
                    "bench/scripts/plugin_overhead.py"}
 #: bench/ modules that may import SGLang: the live replay times requests with
-#: SGLang's own benchmark client (``sglang.benchmark.serving``).
-SGLANG_CLIENTS = {"bench/live/client.py"}
+#: SGLang's own benchmark client (``sglang.benchmark.serving``), and the peer
+#: driver runs SGLang's own load generator's command-line entry.
+SGLANG_CLIENTS = {"bench/live/client.py", "bench/live/peer_driver.py"}
 
 
 def imports(path: Path, top_level_only: bool = False) -> set[str]:

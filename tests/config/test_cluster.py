@@ -48,7 +48,7 @@ def test_replicas_get_ports_cpus_and_the_gateway_the_policy_needs():
     for w, cpus in zip(cluster.workers, cluster.cpu_sets, strict=True):
         assert w.cpu_threads == len(cpus) >= 1
     argv = cluster.gateway.argv
-    assert argv[1:4] == ("-m", "smg", "launch")
+    assert argv[1:3] == ("-m", "server.cluster.smg_main")
     assert flag(argv, "--port") == ["31000"] and flag(argv, "--policy") == ["prefix_hash"]
     assert flag(argv, "--prefix-token-count") == ["64"]
     assert flag(argv, "--worker-urls") == [f"http://127.0.0.1:{p}" for p in (31001, 31002, 31003)]

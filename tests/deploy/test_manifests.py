@@ -186,6 +186,25 @@ def test_probes(overlay: tuple[str, list[Obj]]) -> None:
     assert container(objs, "switchboard-worker")["livenessProbe"]["httpGet"]["path"] == "/health"
 
 
+def test_both_deployments_take_the_api_key_from_one_secret(overlay: tuple[str, list[Obj]]) -> None:
+    """The key reaches the workers and the gateway as ``$SWITCHBOARD_API_KEY`` from the same
+    Secret key (required: a pod without it does not start), never from an override line."""
+    from server.auth import API_KEY_ENV, OPEN_PATHS
+
+    _, objs = overlay
+    refs = []
+    for deployment in ("switchboard-worker", "switchboard-gateway"):
+        env = {v["name"]: v for v in container(objs, deployment).get("env", [])}
+        ref = env[API_KEY_ENV]["valueFrom"]["secretKeyRef"]
+        assert not ref.get("optional", False)
+        refs.append((ref["name"], ref["key"]))
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert container(objs, deployment)[probe]["httpGet"]["path"] in OPEN_PATHS  # probes need no key
+    assert refs[0] == refs[1]
+    overrides = "\n".join(o["data"][k] for o in objs if o["kind"] == "ConfigMap" for k in o["data"])
+    assert "api_key" not in overrides
+
+
 def test_resources(overlay: tuple[str, list[Obj]]) -> None:
     name, objs = overlay
     worker = container(objs, "switchboard-worker")["resources"]

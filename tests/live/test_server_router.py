@@ -1,6 +1,8 @@
 """Two CPU workers behind SGLang's gateway (SMG): stickiness, exactness, twins, a dead worker.
 
-One unit for the module: ``python -m server +router=prefix_hash cluster.replicas=2``.
+One unit for the module: ``python -m server +router=prefix_hash cluster.replicas=2``,
+with an API key (``server.api_key_file``): every client sends it, the gateway to the
+workers too.
 The other policies run as extra SMG gateways in front of the same two workers,
 started from the same binding (``server.cluster.gateway``), one at a time, with
 the workers' caches flushed between phases. Which worker served a request is
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import os
 import random
+import secrets
 import signal
 import subprocess
 import threading
@@ -29,6 +32,7 @@ from bench.live.server import free_port
 from compose.config import compose
 from compose.specs import build_policy, specs_from_config
 from policies.router import RouteView, WorkerView
+from server.auth import API_KEY_ENV, REDACTED
 from server.cluster.gateway import gateway_plan
 from tests.live.harness import _WORDS
 
@@ -41,6 +45,9 @@ UNIT = ("+router=prefix_hash", "cluster.replicas=2", "model.dtype=float32", "sgl
 #: parity), three turns each, sent one request at a time.
 N_CONV, N_TURNS, MAX_TOKENS = 5, 3, 8
 QUESTIONS = ("What is your name?", "What can you do?", "Say one more thing.")
+#: The unit's API key (a fresh one per run) and the header every client sends.
+KEY = secrets.token_urlsafe(24)
+AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 @dataclass
@@ -63,8 +70,10 @@ def ready(url: str, workers: int = 2) -> bool:
 
 
 @pytest.fixture(scope="module")
-def unit(start_server):
-    server = start_server(*UNIT)
+def unit(start_server, tmp_path_factory):
+    key_file = tmp_path_factory.mktemp("key") / "api.key"
+    key_file.write_text(KEY + "\n")
+    server = start_server(*UNIT, f"server.api_key_file={key_file}")
     wait_for(lambda: ready(server.base_url), timeout=120, what="both workers registered")
     server.workers = [f"http://127.0.0.1:{server.port + i}" for i in (1, 2)]
     yield server
@@ -80,7 +89,8 @@ def gateway(unit, option: str, tmp_path) -> Iterator[tuple[str, object]]:
     plan = gateway_plan(policy.needs, spec.host_settings(), host="127.0.0.1", port=port, log_level="warn",
                         grace_s=5, model_name=MODEL, worker_urls=unit.workers)
     with (tmp_path / f"smg-{option}.log").open("w") as log:
-        proc = subprocess.Popen(plan.argv, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(plan.argv, stdout=log, stderr=subprocess.STDOUT,
+                                env=dict(os.environ, **{API_KEY_ENV: KEY}))
         try:
             wait_for(lambda: ready(plan.url), timeout=60, what=f"{option} gateway ready")
             yield plan.url, policy
@@ -99,7 +109,7 @@ def cached_share(unit, run) -> tuple[float, list[Served]]:
     """Flush both workers, ``run()``, return (cached / prompt tokens over both workers, served)."""
     for w in unit.workers:
         # NOTE: SGLang refuses (400) while a request runs, e.g. the gateway's health check
-        wait_for(lambda w=w: httpx.post(w + "/flush_cache", timeout=30).status_code == 200, timeout=60,
+        wait_for(lambda w=w: httpx.post(w + "/flush_cache", headers=AUTH, timeout=30).status_code == 200, timeout=60,
                  what=f"{w} cache flushed")
     before = [(metric(w, "sglang:cached_tokens_total"), metric(w, "sglang:prompt_tokens_total"))
               for w in unit.workers]
@@ -122,7 +132,7 @@ def system_prompt(tag: str, conv: int) -> str:
 
 def converse(url: str, tag: str) -> list[Served]:
     """Every turn of ``N_CONV`` conversations, one request at a time, through the openai client."""
-    c = client(url, timeout=300)
+    c = client(url, api_key=KEY, timeout=300)
     histories = [[{"role": "system", "content": system_prompt(tag, i)}] for i in range(N_CONV)]
     served = []
     for turn in range(N_TURNS):
@@ -193,7 +203,7 @@ def test_consistent_hashing_twin_agrees_on_routing_keys(unit, tmp_path):
         seen = []
         for i in range(16):
             key = f"user-{i}"
-            r = httpx.post(url + "/v1/chat/completions", headers={"x-smg-routing-key": key}, timeout=120,
+            r = httpx.post(url + "/v1/chat/completions", headers={"x-smg-routing-key": key, **AUTH}, timeout=120,
                            json={"model": "default", "max_tokens": 1,
                                  "messages": [{"role": "user", "content": f"hello {i}"}]})
             assert r.status_code == 200, r.text
@@ -201,6 +211,28 @@ def test_consistent_hashing_twin_agrees_on_routing_keys(unit, tmp_path):
             seen.append((r.headers["x-smg-routed-worker-id"], workers[pick].url))
     assert all(real == mine for real, mine in seen), seen
     assert len({real for real, _ in seen}) == 2
+
+
+def test_the_key_guards_the_gateway_and_the_workers_and_is_printed_nowhere(unit):
+    """Without the key (or with a wrong one) the gateway and each worker answer 401; probes
+    and metrics stay open; the key is in no process's command line, in no log line, and
+    ``/server_info`` shows it redacted."""
+    body = {"model": "default", "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]}
+    for url in (unit.base_url, *unit.workers):
+        for headers in ({}, {"Authorization": "Bearer wrong-key"}):
+            assert httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=60).status_code == 401
+        assert httpx.post(url + "/v1/chat/completions", json=body, headers=AUTH, timeout=120).status_code == 200
+    for worker in unit.workers:
+        for path in ("/health", "/metrics"):
+            assert httpx.get(worker + path, timeout=60).status_code == 200, path
+        info = httpx.get(worker + "/server_info", headers=AUTH, timeout=60)
+        assert info.status_code == 200 and info.json()["api_key"] == REDACTED and KEY not in info.text
+    for path in ("/liveness", "/readiness"):
+        assert httpx.get(unit.base_url + path, timeout=10).status_code == 200, path
+    for p in [psutil.Process(unit.proc.pid), *psutil.Process(unit.proc.pid).children(recursive=True)]:
+        assert KEY not in " ".join(p.cmdline()), p.name()
+    assert KEY not in unit.log_text()
+    assert "auth: keys from server.api_key_file" in unit.log_text()
 
 
 def _worker_group(unit, port: int) -> int:
@@ -229,7 +261,7 @@ def test_a_killed_worker_is_routed_around_and_restarted(unit):
             n += 1
             t0 = time.monotonic()
             try:
-                r = httpx.post(unit.base_url + "/v1/chat/completions", timeout=120, json={
+                r = httpx.post(unit.base_url + "/v1/chat/completions", headers=AUTH, timeout=120, json={
                     "model": "default", "max_tokens": 8, "temperature": 0,
                     "messages": [{"role": "system", "content": system_prompt("kill", i * 100 + n)},
                                  {"role": "user", "content": "Hi"}]})

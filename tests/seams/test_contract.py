@@ -14,6 +14,7 @@ from tests.seams import sglang_env  # noqa: F401  (installs the sgl_kernel stub)
 from sglang.srt.managers import scheduler as sglang_scheduler
 
 from compose.config import compose
+from server.auth import Keys
 from server.resolve import resolve
 from server.sglang.launch import contract, plugin
 from server.sglang.launch import main as launch
@@ -62,7 +63,7 @@ def test_missing_hooked_symbol_fails_startup_with_a_clear_message(monkeypatch, t
     monkeypatch.delattr(sglang_scheduler.Scheduler, "init_schedule_policy")
     plan, path = plan_file(tmp_path, "+policy=shortest_prefill")
     with pytest.raises(contract.HookContractError) as err:
-        launch.prepare(plan)
+        launch.prepare(plan, Keys())
     message = str(err.value)
     assert "pinned to sglang==0.5.23" in message
     assert "sglang.srt.managers.scheduler.Scheduler.init_schedule_policy is missing" in message
@@ -110,4 +111,4 @@ def test_a_kinds_own_rows_are_checked_whether_or_not_it_is_chosen(monkeypatch, t
     monkeypatch.delattr(LoRAMemoryPool, "prepare_lora_batch")  # a row of the adapters kind's binding
     plan, _ = plan_file(tmp_path)  # no +adapters chosen
     with pytest.raises(contract.HookContractError, match="LoRAMemoryPool.prepare_lora_batch is missing"):
-        launch.prepare(plan)
+        launch.prepare(plan, Keys())

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from compose.config import ConfigError
+from server.auth import Keys, take_keys
 from server.resolve import LaunchPlan
 from server.sglang.launch.env import PLAN_ENV
 
@@ -33,8 +34,8 @@ def _die_with_parent() -> None:
         pass
 
 
-def prepare(plan: LaunchPlan) -> Any:  # SGLang's ServerArgs (untyped)
-    """Everything before serving: contract, ServerArgs, plugins, middleware."""
+def prepare(plan: LaunchPlan, keys: Keys) -> Any:  # SGLang's ServerArgs (untyped)
+    """Everything before serving: contract, ServerArgs (with ``keys``), plugins, middleware."""
     from server.sglang.launch.contract import verify
 
     verify()
@@ -42,6 +43,11 @@ def prepare(plan: LaunchPlan) -> Any:  # SGLang's ServerArgs (untyped)
 
     server_args, argv = build_server_args(plan)
     logging.getLogger("switchboard").info("sglang args: %s", " ".join(argv))
+    # NOTE: set on ServerArgs, never in argv (SGLang keeps argv as its launch command
+    # and logs it); SGLang resolves its fields later, in launch_server, and its
+    # auth middleware reads them there. ``Secret`` prints as <redacted> in its log.
+    server_args.api_key = keys.api_key
+    server_args.admin_api_key = keys.admin_api_key
 
     from sglang.srt.plugins import load_plugins
 
@@ -50,11 +56,13 @@ def prepare(plan: LaunchPlan) -> Any:  # SGLang's ServerArgs (untyped)
 
     from sglang.srt.entrypoints.http_server import app
 
+    from server.sglang.middleware.redact import RedactKeysMiddleware
     from server.sglang.middleware.retry_after import RetryAfterMiddleware
     from server.sglang.middleware.sessions import SessionIdMiddleware
 
     app.add_middleware(RetryAfterMiddleware)
     app.add_middleware(SessionIdMiddleware)
+    app.add_middleware(RedactKeysMiddleware, keys=keys)
     return server_args
 
 
@@ -73,11 +81,12 @@ def _check_installed() -> None:
 
 def main() -> int:
     _die_with_parent()
+    keys = take_keys()  # NOTE: first: SGLang's own processes must not inherit them
     plan = LaunchPlan.from_json(Path(os.environ[PLAN_ENV]).read_text())
     from server.sglang.launch.contract import HookContractError
 
     try:
-        server_args = prepare(plan)
+        server_args = prepare(plan, keys)
     except ConfigError as exc:
         print(f"switchboard: config error: {exc}", file=sys.stderr, flush=True)
         return EXIT_CONFIG
