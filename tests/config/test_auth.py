@@ -87,6 +87,12 @@ def test_the_cli_refuses_the_literal_in_one_line_without_echoing_it():
     assert KEY not in proc.stderr + proc.stdout
 
 
+def test_cfg_job_prints_the_key_files_path_never_the_key(key_file):
+    proc = run_cli("--cfg", "job", f"server.api_key_file={key_file}")
+    assert proc.returncode == 0, proc.stderr
+    assert f"api_key_file: {key_file}" in proc.stdout and KEY not in proc.stdout + proc.stderr
+
+
 def test_a_secret_prints_redacted_but_keeps_its_value(key_file):
     secret = Secret(KEY)
     assert repr(secret) == repr(REDACTED) and KEY not in f"{ {'api_key': secret} }"
