@@ -40,6 +40,7 @@ def run(cfg: DictConfig) -> int:
     from compose.schema import ModelSource
     from server.auth import load_keys
     from server.cluster.plan import resolve_cluster
+    from server.ports import PortUse, check_ports
     from server.resolve import describe, resolve
     from server.supervisor import supervise
 
@@ -53,6 +54,9 @@ def run(cfg: DictConfig) -> int:
         cluster = resolve_cluster(cfg, plan)
         keys = load_keys(cfg.server.api_key_file, cfg.server.admin_api_key_file,
                          OmegaConf.select(cfg, "router.tenant_keys_file"))
+        # NOTE: before any model work or process: a taken port is one line, not a half-started unit
+        check_ports(list(cluster.ports) if cluster is not None
+                    else [PortUse(int(plan.sglang["port"]), str(plan.sglang["host"]), "server.port")])
     except ConfigError as exc:
         _fail(str(exc))
     log.info("%s", keys.describe())

@@ -21,6 +21,9 @@ START_TIMEOUT_S = 900
 
 #: Consecutive ports a started server may use: its own, then a unit's workers.
 PORT_SPAN = 8
+#: A unit's gateway also binds its Prometheus port at ``server.port`` + this
+#: (``server.cluster.gateway.PROMETHEUS_OFFSET``; tests/config/test_cluster.py keeps them equal).
+GATEWAY_METRICS_OFFSET = 1000
 
 
 def _ephemeral_low() -> int:
@@ -30,22 +33,25 @@ def _ephemeral_low() -> int:
         return 32768
 
 
-def free_port(span: int = 1) -> int:
-    """A port ``p`` where ``p .. p+span-1`` are all free now.
+def free_port(span: int = 1, extra: tuple[int, ...] = ()) -> int:
+    """A port ``p`` where ``p .. p+span-1`` and ``p + e`` for each offset ``e`` of
+    ``extra`` are all free now.
 
-    NOTE: drawn below the kernel's ephemeral range, so no other process's
+    NOTE: all drawn below the kernel's ephemeral range, so no other process's
     ``bind(0)``/``connect`` is handed one of them between this check and the
     caller's own bind (a unit's workers bind ``port+1..``: a port the kernel
     picked leaves those to chance, which is how a supervisor test once lost
-    its worker port to a neighbouring live server).
+    its worker port to a neighbouring live server, and a gateway its metrics
+    port at ``port+1000`` to a client connection).
     """
     low = _ephemeral_low()
+    top = max(span, *extra) if extra else span
     draw = random.SystemRandom()
     for _ in range(200):
-        first = draw.randrange(10_000, max(10_001, low - span))
-        if all(_bindable(p) for p in range(first, first + span)):
+        first = draw.randrange(10_000, max(10_001, low - top))
+        if all(_bindable(p) for p in [*range(first, first + span), *(first + e for e in extra)]):
             return first
-    raise RuntimeError(f"no {span} consecutive free ports below {low}")
+    raise RuntimeError(f"no {span} consecutive free ports (and offsets {extra}) below {low}")
 
 
 def _bindable(port: int) -> bool:
@@ -65,7 +71,7 @@ class ServerProcess:
     """``python -m server <overrides>`` on a free port, with its log in ``log_path``."""
 
     def __init__(self, overrides: list[str], log_path: Path) -> None:
-        self.port = free_port(PORT_SPAN)
+        self.port = free_port(PORT_SPAN, extra=(GATEWAY_METRICS_OFFSET,))
         self.overrides = [f"server.port={self.port}", *overrides]
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None

@@ -20,6 +20,7 @@ from pathlib import Path
 from compose.config import ConfigError
 from compose.schema import ClusterConfig, RouterHostConfig
 from policies.router import RouterNeeds
+from server.ports import PortUse
 
 #: Offset of the gateway's Prometheus port from ``server.port`` when
 #: ``router.prometheus_port`` is null (SMG's own default, 29000, would clash
@@ -47,6 +48,8 @@ class GatewayPlan:
     """Workers it routes to, in registration order (empty: discovered)."""
     grace_s: float
     """Seconds it gets to drain on SIGTERM before it is killed."""
+    ports: tuple[PortUse, ...] = ()
+    """Every port it listens on, with the setting that chose it (``server.ports``)."""
 
 
 def _client_host(host: str) -> str:
@@ -80,6 +83,9 @@ def gateway_plan(needs: RouterNeeds, settings: RouterHostConfig, *, host: str, p
     else:
         argv += ["--worker-urls", *worker_urls]
     prometheus = settings.prometheus_port or port + PROMETHEUS_OFFSET
+    ports = [PortUse(port, host, "server.port"),
+             PortUse(prometheus, "0.0.0.0", "router.prometheus_port" if settings.prometheus_port
+                     else f"router.prometheus_port=null (server.port + {PROMETHEUS_OFFSET})")]
     argv += ["--prometheus-port", str(prometheus),
              "--health-check-interval-secs", str(settings.health_check_interval_secs),
              "--health-check-timeout-secs", str(settings.health_check_timeout_secs),
@@ -97,13 +103,15 @@ def gateway_plan(needs: RouterNeeds, settings: RouterHostConfig, *, host: str, p
              "--model-alias", f"{DEFAULT_ALIAS}={model_name}"]
     if settings.health_check_port is not None:
         argv += ["--health-check-port", str(settings.health_check_port)]
+        ports.append(PortUse(settings.health_check_port, host, "router.health_check_port"))
     scheme = "http"
     if settings.tls_cert_path is not None and settings.tls_key_path is not None:
         argv += ["--tls-cert-path", _readable(settings.tls_cert_path, "router.tls_cert_path"),
                  "--tls-key-path", _readable(settings.tls_key_path, "router.tls_key_path")]
         scheme = "https"
     check_with_smg(argv[len(SMG_LAUNCH):])
-    return GatewayPlan(tuple(argv), f"{scheme}://{_client_host(host)}:{port}", tuple(worker_urls), grace_s)
+    return GatewayPlan(tuple(argv), f"{scheme}://{_client_host(host)}:{port}", tuple(worker_urls), grace_s,
+                       tuple(ports))
 
 
 def _readable(path: str, field_name: str) -> str:

@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from compose.config import ConfigError, group_options
 from compose.schema import ClusterConfig, Discovery
 from server.cluster.gateway import GatewayPlan, gateway_plan, selector_terms
+from server.ports import PortUse
 from server.resolve import LaunchPlan
 
 
@@ -32,6 +33,8 @@ class ClusterPlan:
     """CPUs each worker is pinned to (empty tuples: not pinned; GPU runs)."""
     max_restarts: int
     """Worker restarts allowed in all before the unit fails."""
+    ports: tuple[PortUse, ...] = ()
+    """Every port the unit listens on (the gateway's, then each worker's), with its setting."""
 
     def with_model_path(self, path: str) -> ClusterPlan:
         return dataclasses.replace(self, workers=tuple(w.with_model_path(path) for w in self.workers))
@@ -96,7 +99,8 @@ def resolve_cluster(cfg: DictConfig, plan: LaunchPlan) -> ClusterPlan | None:
                                 host=str(cfg.server.host), port=port, log_level=str(cfg.server.log_level),
                                 grace_s=plan.shutdown_grace_s, model_name=str(cfg.model.name))
     if cluster.discovery is Discovery.kubernetes:
-        return ClusterPlan(gateway(discovery=cluster), (), (), cluster.max_restarts)
+        front = gateway(discovery=cluster)
+        return ClusterPlan(front, (), (), cluster.max_restarts, front.ports)
     ports = _ports(cluster, port)
     workers: list[LaunchPlan] = []
     sets: tuple[tuple[int, ...], ...] = ()
@@ -107,5 +111,8 @@ def resolve_cluster(cfg: DictConfig, plan: LaunchPlan) -> ClusterPlan | None:
         threads = len(sets[i]) if sets else plan.cpu_threads
         workers.append(dataclasses.replace(plan, sglang=dict(plan.sglang, host="127.0.0.1", port=p),
                                            cpu_threads=threads))
-    return ClusterPlan(gateway(worker_urls=[f"http://127.0.0.1:{p}" for p in ports]), tuple(workers), sets,
-                       cluster.max_restarts)
+    front = gateway(worker_urls=[f"http://127.0.0.1:{p}" for p in ports])
+    chosen_by = ("cluster.worker_port" if cluster.worker_port is not None
+                 else "cluster.worker_port=null (server.port + 1)")
+    worker_ports = [PortUse(p, "127.0.0.1", f"{chosen_by} + {i}" if i else chosen_by) for i, p in enumerate(ports)]
+    return ClusterPlan(front, tuple(workers), sets, cluster.max_restarts, (*front.ports, *worker_ports))

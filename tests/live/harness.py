@@ -114,3 +114,33 @@ def assert_stops_within_grace(server: Any, sig: signal.Signals, grace_s: float) 
     assert elapsed <= limit, f"the server took {elapsed:.1f}s to stop on {sig.name}: over its grace " \
                              f"{grace_s:g}s + {EXIT_MARGIN_S:g}s"
     assert server.proc.returncode == 0
+
+
+#: Tenants of ``tenant_cache_hits`` (SGLang's per-request ``cache_salt``).
+TENANTS = ("tenant-a", "tenant-b")
+
+
+def tenant_cache_hits(base_url: str, rng: random.Random, n_words: int = 30) -> dict[str, int]:
+    """Cached prompt tokens of one fresh prompt sent by tenant A, again by A, then by tenant B
+    and with no salt: ``{"a": ..., "a_again": ..., "b": ..., "unsalted": ...}``.
+
+    NOTE: a tenant is SGLang's ``cache_salt``: it roots the request's radix key, so a
+    tenant's repeat hits (``a_again`` > 0) while another tenant (or none) shares nothing."""
+    prompt = unique_prompt(rng, n_words)
+
+    def cached(salt: str | None) -> int:
+        body: dict[str, Any] = {"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": 1}}
+        if salt is not None:
+            body["cache_salt"] = salt
+        r = httpx.post(base_url + "/generate", json=body, timeout=300)
+        assert r.status_code == 200, r.text
+        return int(r.json()["meta_info"]["cached_tokens"])
+
+    a = cached(TENANTS[0])
+    return {"a": a, "a_again": cached(TENANTS[0]), "b": cached(TENANTS[1]), "unsalted": cached(None)}
+
+
+def assert_tenants_share_nothing(hits: dict[str, int]) -> None:
+    """``tenant_cache_hits``: a tenant's repeat hits; nobody else's request does."""
+    assert hits["a"] == 0 and hits["a_again"] > 0, hits
+    assert hits["b"] == 0 and hits["unsalted"] == 0, hits

@@ -8,10 +8,13 @@ instead: nothing is recomputed and the tokens are the same."""
 
 from __future__ import annotations
 
+import random
 import re
 
 import httpx
 import pytest
+
+from tests.live.harness import assert_tenants_share_nothing, tenant_cache_hits
 
 pytestmark = pytest.mark.server
 
@@ -91,16 +94,19 @@ def runs(start_server, stock_server, segments):
     small = start_server("model.dtype=float32", "+cache=penelope", f"sglang.max_total_tokens={POOL}",
                          "sglang.max_running_requests=1")
     gapped = conversation(small.base_url, segments)
+    gapped["tenants"] = tenant_cache_hits(small.base_url, random.Random(5))
     metrics = httpx.get(small.base_url + "/metrics", timeout=30).text
     log = small.log_text()
     small.stop()
     hosted = start_server("model.dtype=float32", "+cache=penelope", f"sglang.max_total_tokens={POOL}",
                           "sglang.max_running_requests=1", "cache.host_tier_tokens=4096")
     restored = conversation(hosted.base_url, segments)
+    restored["tenants"] = tenant_cache_hits(hosted.base_url, random.Random(6))
     host_metrics = httpx.get(hosted.base_url + "/metrics", timeout=30).text
     host_log = hosted.log_text()
     hosted.stop()
     whole = conversation(stock_server.base_url, segments)  # NOTE: its 16k pool never evicts here
+    whole["tenants"] = tenant_cache_hits(stock_server.base_url, random.Random(7))
     return {"gapped": gapped, "whole": whole, "log": log, "metrics": metrics,
             "restored": restored, "host_log": host_log, "host_metrics": host_metrics}
 
@@ -159,3 +165,10 @@ def test_a_host_tier_restores_the_gap_instead_of_recomputing_it(runs, segments):
     assert re.search(rf"switchboard_host_restored_tokens(_total)? {float(gap)}", runs["host_metrics"]), \
         [line for line in runs["host_metrics"].splitlines() if "switchboard" in line]
     assert restored["t3"] == whole["t3"] and restored["a3"] == whole["a3"]  # = HF's (test above)
+
+
+def test_tenants_share_nothing_in_the_gap_cache_its_host_tier_and_stock(runs):
+    """SGLang's ``cache_salt`` partitions the gap cache (with and without a host tier) as it does
+    SGLang's own radix cache (the stock server): a tenant's repeat hits, another tenant's does not."""
+    for run in ("gapped", "restored", "whole"):
+        assert_tenants_share_nothing(runs[run]["tenants"])

@@ -12,7 +12,13 @@ import pytest
 
 from bench.live.chat import agreement, run_conversations
 from tests.live.conftest import module_server
-from tests.live.harness import QueueExperiment, assert_stops_within_grace, unique_prompt
+from tests.live.harness import (
+    QueueExperiment,
+    assert_stops_within_grace,
+    assert_tenants_share_nothing,
+    tenant_cache_hits,
+    unique_prompt,
+)
 
 pytestmark = pytest.mark.server
 
@@ -30,6 +36,11 @@ def test_queue_completes_in_shortest_prefill_order(server):
     prompts = {"long": unique_prompt(rng, 120), "short": unique_prompt(rng, 10),
                "mid": unique_prompt(rng, 60), "tiny": unique_prompt(rng, 2)}
     assert QueueExperiment(server.base_url).run(prompts) == ["tiny", "short", "mid", "long"]
+
+
+def test_tenants_share_nothing_under_an_eviction_option(server):
+    """SGLang's ``cache_salt`` partitions the radix cache our eviction strategy runs on."""
+    assert_tenants_share_nothing(tenant_cache_hits(server.base_url, random.Random(4)))
 
 
 def evicted_tokens(base_url: str) -> float:

@@ -28,7 +28,7 @@ import psutil
 import pytest
 
 from bench.live.chat import client, wait_for
-from bench.live.server import free_port
+from bench.live.server import GATEWAY_METRICS_OFFSET, free_port
 from compose.config import compose
 from compose.specs import build_policy, specs_from_config
 from policies.router import RouteView, WorkerView
@@ -85,7 +85,7 @@ def gateway(unit, option: str, tmp_path) -> Iterator[tuple[str, object]]:
     """An extra SMG gateway with ``+router=<option>`` in front of the unit's workers."""
     spec = specs_from_config(compose(["server.device=cpu", f"+router={option}"]))["router"]
     policy = build_policy(spec)
-    port = free_port()
+    port = free_port(extra=(GATEWAY_METRICS_OFFSET,))
     plan = gateway_plan(policy.needs, spec.host_settings(), host="127.0.0.1", port=port, log_level="warn",
                         grace_s=5, model_name=MODEL, worker_urls=unit.workers)
     with (tmp_path / f"smg-{option}.log").open("w") as log:

@@ -60,7 +60,7 @@ GOLDEN: dict[str, str] = {
     "fairway": "7c220d01a4965bbe",
     "leap": "02c6d148c03a235c",
     "penelope": "83ed70663719b524",
-    "router": "b52e81835d290dc3",
+    "router": "d53fc0bb0a0c7509",
     "scute": "b2abaa3691763415",
     "stock_dllm": "4382b9c077f43af2",
 }
