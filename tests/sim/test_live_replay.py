@@ -115,16 +115,19 @@ def test_run_bench_live_and_simulated_replay_the_same_shaped_requests(fake, tmp_
         assert (tmp_path / "live" / name).stat().st_size > 0
 
 
-def test_arrival_instants_reach_the_server_in_trace_order(fake):
-    """Three instants of 12 requests each: every request arrives once, and the
-    instants arrive in order. NOTE: within one instant the 12 requests are
-    handed to the client in trace order (``test_live_sender``), but each opens
-    its own connection, so the server may see them milliseconds apart in
-    another order (seen under CPU load); the replay does not serialize them.
-    The instants are 0.5 s apart: with 0.1 s, the first instant's cold
-    connections once reached the server after a request of the second."""
+def test_arrival_instants_are_sent_in_trace_order_and_each_reaches_the_server_once(fake):
+    """Three instants of 12 requests each, 0.5 s apart: the client sends every
+    request at or after its instant, the instants in order, and the server gets
+    each request once. NOTE: the order *at the server* is not asserted: each
+    request opens its own connection, and on a loaded CI machine the first
+    instant's cold connections reached the server after a request of the
+    second (0.5 s late; seen twice, at 0.1 s and 0.5 s spacing). The replay
+    does not serialize connections, and should not: that would add client lag."""
     trace = trace_of([req(f"r{i:02d}", 0.5 * (i // 12), 20 + i, 2) for i in range(36)])
-    replay_live(trace, live(fake.url, api=LiveApi.generate, warmup_requests=0), HIGH)
+    run = replay_live(trace, live(fake.url, api=LiveApi.generate, warmup_requests=0), HIGH)
     seen = [len(s.body["input_ids"]) - 20 for s in fake.fake.seen]
     assert sorted(seen) == list(range(36))
-    assert [i // 12 for i in seen] == sorted(i // 12 for i in seen), seen
+    sent = sorted(run.records, key=lambda r: r.arrival_s)
+    instants = [int(r.rid[1:]) // 12 for r in sent]
+    assert instants == sorted(instants), [r.rid for r in sent]
+    assert all(r.arrival_s >= 0.5 * (int(r.rid[1:]) // 12) - 1e-3 for r in sent)
