@@ -143,7 +143,7 @@ def cases(seed: int, n: int) -> Iterator[Case]:
 class Outcome:
     case: Case
     status: int
-    """HTTP status; -1: no answer within the timeout."""
+    """HTTP status; -1: no answer within the timeout; -2: unhealthy after it; -3: connection lost."""
     seconds: float
     detail: str
 
@@ -160,6 +160,8 @@ def send(base_url: str, case: Case, headers: dict[str, str] | None = None, timeo
             return Outcome(case, r.status_code, time.monotonic() - t0, text[:300])
     except httpx.TimeoutException:
         return Outcome(case, -1, time.monotonic() - t0, "no answer within the timeout")
+    except httpx.TransportError as exc:  # NOTE: e.g. the server died mid-request: a finding, not a crash
+        return Outcome(case, -3, time.monotonic() - t0, f"no answer: {type(exc).__name__}: {exc}")
 
 
 def fuzz(base_url: str, seed: int, n: int, healthy: Callable[[], bool],

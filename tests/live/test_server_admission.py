@@ -1,5 +1,6 @@
 """max_queue admission in the live CPU server: 429 + Retry-After, nothing lost or hung;
-then a SIGTERM shutdown within a short ``server.shutdown_grace_s`` with no orphans."""
+fuzzed bad input gets a 4xx, never a 500 or a dead server; then a SIGTERM shutdown within a
+short ``server.shutdown_grace_s`` with no orphans."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import openai
 import pytest
 
 from bench.live.chat import client, loads, wait_for
+from bench.live.fuzz import fuzz
 from tests.live.conftest import module_server
 from tests.live.harness import assert_stops_within_grace, unique_prompt
 
@@ -69,6 +71,36 @@ def test_past_max_waiting_requests_get_429_with_retry_after_and_admitted_ones_fi
         assert not t.is_alive(), "an admitted request hung"
     assert {n: r.status_code for n, r in results.items()} == {"blocker": 200, "queued1": 200, "queued2": 200}
     assert all(r.json()["choices"][0]["message"]["content"] for r in results.values())
+    load = loads(server.base_url)
+    assert load["num_waiting_reqs"] == 0 and load["num_running_reqs"] == 0
+
+
+#: The fuzzer's seed and case count in the suite (``bench.scripts.reliability`` runs more seeds).
+FUZZ_SEED, FUZZ_CASES = 31, 150
+
+#: Requests that took SGLang 0.5.23 down (a dead scheduler, an OOM-killed server) or answered
+#: 500 before the guards (found by the fuzzer, seeds 1 and 31).
+CRASHERS = [
+    ("/v1/completions", {"model": "default", "prompt": [0, -1], "max_tokens": 2}, "token id -1"),
+    ("/v1/completions", {"model": "default", "prompt": "hi", "max_tokens": 2, "n": 2 ** 31}, "more than 128"),
+    ("/generate", {"input_ids": [1, 49152], "sampling_params": {"max_new_tokens": 2}}, "token id 49152"),
+    ("/generate", {"text": "hi", "session_params": {"a": 1}}, "invalid session_params"),
+    ("/v1/chat/completions", "text", "invalid request body"),
+    ("/v1/chat/completions", {"model": "default", "messages": [{"role": "user", "content": "hi"}],
+                              "response_format": [1, 2]}, "invalid request body"),
+]
+
+
+def test_fuzzed_requests_get_a_clear_4xx_never_a_500_and_the_server_stays_healthy(server):
+    def healthy() -> bool:
+        return httpx.get(server.base_url + "/health", timeout=60).status_code == 200
+
+    for path, body, message in CRASHERS:
+        r = httpx.post(server.base_url + path, json=body, timeout=60)
+        assert r.status_code == 400 and message in r.text, (path, body, r.status_code, r.text[:300])
+        assert healthy(), (path, body)
+    bad = fuzz(server.base_url, FUZZ_SEED, FUZZ_CASES, healthy)
+    assert not bad, [(o.case.index, o.case.endpoint, o.case.what, o.status, o.detail) for o in bad]
     load = loads(server.base_url)
     assert load["num_waiting_reqs"] == 0 and load["num_running_reqs"] == 0
 

@@ -61,6 +61,13 @@ HOOKED_SYMBOLS: tuple[HookedSymbol, ...] = (
     HookedSymbol("sglang.srt.server_args.prepare_server_args", ("argv",)),
     HookedSymbol("sglang.srt.server_args.ServerArgs.add_cli_args", ("parser",)),
     HookedSymbol("sglang.srt.entrypoints.http_server.app"),
+    HookedSymbol("sglang.srt.managers.tokenizer_manager.TokenizerManager._validate_one_request",
+                 ("self", "obj", "input_ids")),
+    HookedSymbol("sglang.srt.managers.io_struct.SessionParams"),
+    HookedSymbol("sglang.srt.managers.io_struct.GenerateReqInput.normalize_batch_and_arguments", ("self",)),
+    # Not SGLang's, but the adapter relies on it (server/sglang/middleware/bad_input.py).
+    HookedSymbol("fastapi.dependencies.utils.request_body_to_args",
+                 ("body_fields", "received_body", "embed_body_fields")),
     # Diffusion-LM rounds (server/sglang/scheduling/dllm.py).
     HookedSymbol(f"{SCHED}.Scheduler._fetch_waiting_reqs", ("self",)),
     HookedSymbol(f"{SCHED}.Scheduler._process_dllm_batches", ("self", "adder", "running_batch")),

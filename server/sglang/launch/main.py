@@ -51,11 +51,17 @@ def prepare(plan: LaunchPlan, keys: Keys) -> Any:  # SGLang's ServerArgs (untype
 
     from sglang.srt.plugins import load_plugins
 
+    from server.sglang.launch.input_guard import install_input_guard
+
+    # NOTE: here, not in the plugin: the tokenizer manager runs in this (the HTTP)
+    # process only; load_plugins applies every registered hook.
+    install_input_guard()
     load_plugins()
     _check_installed()
 
     from sglang.srt.entrypoints.http_server import app
 
+    from server.sglang.middleware.bad_input import BadInputMiddleware
     from server.sglang.middleware.redact import RedactKeysMiddleware
     from server.sglang.middleware.retry_after import RetryAfterMiddleware
     from server.sglang.middleware.sessions import SessionIdMiddleware
@@ -63,6 +69,8 @@ def prepare(plan: LaunchPlan, keys: Keys) -> Any:  # SGLang's ServerArgs (untype
     app.add_middleware(RetryAfterMiddleware)
     app.add_middleware(SessionIdMiddleware)
     app.add_middleware(RedactKeysMiddleware, keys=keys)
+    # NOTE: added last, so outermost of ours: it sees a validation crash whichever layer it passed.
+    app.add_middleware(BadInputMiddleware)
     return server_args
 
 

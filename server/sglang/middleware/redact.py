@@ -10,19 +10,11 @@ with ``<redacted>``; all other responses pass untouched (streams included).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
-
 from server.auth import Keys, redact
+from server.sglang.middleware.asgi import App, Message, Receive, Scope, Send
 
 #: Paths whose answers carry ServerArgs (the scheduler's copy too, under ``internal_states``).
 SERVER_INFO_PATHS = frozenset({"/server_info", "/get_server_info"})
-
-Scope = dict[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class RedactKeysMiddleware:

@@ -19,17 +19,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from policies.admission import AdmissionDecision
+from server.sglang.middleware.asgi import Message, Receive, Scope, Send
 
 DEFAULT_RETRY_AFTER_S = 1
 OVERLOAD_STATUSES = (429, 503)
 #: Errors a stream may start with that deserve a real HTTP status.
 STREAM_ERROR_STATUSES = (400, *OVERLOAD_STATUSES)
 _RETRY_RE = re.compile(r"retry after (\d+) s")
-
-Scope = dict[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 
 def rejection_message(decision: AdmissionDecision) -> str:

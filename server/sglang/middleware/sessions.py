@@ -15,13 +15,10 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from server.sglang.middleware.asgi import Message, Receive, Scope, Send
+
 SESSION_HEADER = b"x-session-id"
 GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions", "/generate")
-
-Scope = dict[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 
 def session_id_for(body: dict[str, Any], header: str | None) -> str | None:
