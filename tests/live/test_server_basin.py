@@ -1,7 +1,9 @@
 """Basin in the live CPU server: a 50-session burst, then 100 clients that hang up mid-stream.
 Nothing crashes or hangs, admitted sessions finish every turn, held ones are served later
 or refused with 429 + Retry-After; at least ``MIN_SERVED`` disconnecting clients are served before they
-hang up, SGLang counts their aborts, and afterwards it holds no KV slot (no leak)."""
+hang up, SGLang counts their aborts, and afterwards it holds no KV slot (no leak). Last, the
+scheduler is SIGKILLed: the unit exits non-zero and leaves no process behind (the short version
+of ``bench.scripts.reliability``'s kill row)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import httpx
 import pytest
 
 from bench.live.chat import loads, wait_for
+from bench.live.faults import kill_scheduler
 from tests.live.conftest import module_server
 from tests.live.harness import unique_prompt
 
@@ -123,3 +126,15 @@ def test_clients_that_disconnect_mid_stream_free_their_kv(server):
     aborted = metric_total(server.base_url, ABORTED) - aborted_before
     assert aborted >= len(served), f"{counts}, but SGLang counted only {aborted:g} client aborts ({ABORTED})"
     assert httpx.get(server.base_url + "/health", timeout=10).status_code == 200
+
+
+def test_a_killed_scheduler_ends_the_unit_nonzero_and_leaves_no_process(server):
+    """Last in the module: it kills the server. SGLang's launcher sees its scheduler die and
+    kills its own process tree; the supervisor exits with its status. In-flight clients lose
+    their connection (an error, not a hang)."""
+    result = kill_scheduler(server, exit_timeout_s=60)
+    assert result["killed"], "no sglang::scheduler process under the unit"
+    assert result["exit_code"] not in (None, 0), result
+    assert result["exit_s"] < 30, result
+    assert result["orphans"] == [], result
+    assert "hung" not in result["in_flight"] and sum(result["in_flight"].values()) == 4, result
