@@ -72,8 +72,15 @@ def _adversarial(rng: random.Random) -> Any:
     return [rng.choice(_NUMBERS) for _ in range(rng.choice((3, 1000)))]
 
 
+#: How deep ``_paths`` looks. NOTE: a nested value set into another one (up to 200 levels each)
+#: passed Python's recursion limit (seed 1, 400 cases); the deep part is the value under test.
+MAX_PATH_DEPTH = 12
+
+
 def _paths(body: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
-    """Every path to a value in ``body`` (dict keys and list indices)."""
+    """Every path to a value in ``body`` (dict keys and list indices), ``MAX_PATH_DEPTH`` deep."""
+    if len(prefix) >= MAX_PATH_DEPTH:
+        return
     items = body.items() if isinstance(body, dict) else enumerate(body) if isinstance(body, list) else ()
     for k, v in items:
         yield (*prefix, k)
