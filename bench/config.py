@@ -166,7 +166,7 @@ def _check_dllm(s: BenchSettings) -> None:
     if not s.is_live:
         # NOTE: a live replay measures the server's own scheduling; it chooses no policy here
         check_model_fit(simulated_model(s), s.policies)
-        check_host_settings(s.policies, "sim.hicache_tokens=N, SGLang's HiCache modelled")
+        check_host_settings(s.policies, "sim.hicache_tokens=N, SGLang's HiCache modelled", s.sim.hicache_tokens > 0)
     policy = s.policies["policy"].needs_of() if "policy" in s.policies and not s.is_live else None
     if not dllm.enabled:
         if dllm.oracle:

@@ -124,8 +124,9 @@ class HostRule:
     """Short id (test tables name rules by it)."""
     group: str
     """The kind's config group."""
-    when: Callable[[Any, Any], bool]
-    """On the option's Needs and the kind's host settings: whether they are refused."""
+    when: Callable[[Any, Any, bool], bool]
+    """On the option's Needs, the kind's host settings and whether SGLang's own host
+    tier (HiCache) is on in this host: whether they are refused."""
     why: str
     """The error, formatted with ``option``, ``needs``, ``host`` (the option's Needs and
     the kind's host settings) and ``sglang_host_tier`` (how this host switches SGLang's
@@ -137,26 +138,33 @@ HOST_RULES: tuple[HostRule, ...] = (
     # NOTE: Switchboard's host tier lives in the gap cache (server: host_kv.py); a
     # tail-first cache has SGLang's own (HiCache), switched on in the host's own words.
     HostRule("host-tier-needs-gaps", "cache",
-             lambda needs, host: host.host_tier_tokens > 0 and not needs.interior,
+             lambda needs, host, sglang_tier: host.host_tier_tokens > 0 and not needs.interior,
              "cache.host_tier_tokens needs a cache that holds gaps (+cache=penelope); "
              "for +cache ({option}) use SGLang's own host tier ({sglang_host_tier})"),
+    # NOTE: the reverse: HiCache's host copies are of tail-first tree nodes; a gap cache's
+    # nodes lose their front, so its host tier is the gap cache's own (server: host_kv.py).
+    HostRule("gaps-refuse-sglang-tier", "cache",
+             lambda needs, host, sglang_tier: sglang_tier and needs.interior,
+             "SGLang's own host tier ({sglang_host_tier}) conflicts with +cache ({option}), a cache that "
+             "holds gaps: use cache.host_tier_tokens"),
     # NOTE: the host sizes its buffers and per-step KV for max_draft_tokens at startup.
     HostRule("draft-above-host-max", "speculative",
-             lambda needs, host: max(needs.draft_lengths, default=0) > host.max_draft_tokens,
+             lambda needs, host, sglang_tier: max(needs.draft_lengths, default=0) > host.max_draft_tokens,
              "+speculative ({option}) drafts {needs.draft_lengths} tokens per step but speculative.max_draft_tokens="
              "{host.max_draft_tokens}: raise speculative.max_draft_tokens or lower the option's lengths"),
 )
 
 
-def check_host_settings(specs: Mapping[str, PolicySpec], sglang_host_tier: str) -> None:
+def check_host_settings(specs: Mapping[str, PolicySpec], sglang_host_tier: str, sglang_tier_on: bool) -> None:
     """Raise ``ConfigError`` (one line, naming the setting) for the first refused host
-    setting (``HOST_RULES``); ``sglang_host_tier``: how this host switches SGLang's own on."""
+    setting (``HOST_RULES``); ``sglang_host_tier``: how this host switches SGLang's own
+    host tier on, ``sglang_tier_on``: whether it is on."""
     for rule in HOST_RULES:
         spec = specs.get(rule.group)
         if spec is None:
             continue
         needs, host = spec.needs_of(), spec.host_settings()
-        if rule.when(needs, host):
+        if rule.when(needs, host, sglang_tier_on):
             raise ConfigError(rule.why.format(option=spec.target, needs=needs, host=host,
                                               sglang_host_tier=sglang_host_tier))
 

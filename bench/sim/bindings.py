@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 from bench.sim.adapters import ADAPTER_EVICTIONS, ADAPTER_LOADS, AdapterMix, AdapterSeam, AdapterSlotTable
 from bench.sim.admission import add_gate
 from bench.sim.binding import Scope, SimParts
-from compose.config import ConfigError
 from compose.specs import build_policy
 
 if TYPE_CHECKING:
@@ -45,10 +44,7 @@ class _CacheBinding:
 
     def attach(self, spec: PolicySpec, settings: BenchSettings, parts: SimParts) -> None:
         policy = build_policy(spec)
-        if settings.sim.hicache_tokens and spec.needs_of().interior:
-            # NOTE: as the server refuses sglang.enable_hierarchical_cache beside the gap cache
-            raise ConfigError(f"sim.hicache_tokens (SGLang's own host tier) conflicts with +cache ({spec.target}), "
-                              "a cache that holds gaps: use cache.host_tier_tokens")
+        # NOTE: SGLang's own host tier beside the gap cache is refused before (compose/compat.py)
         parts.eviction = policy
         parts.host_tier_tokens = spec.host_settings().host_tier_tokens
         if spec.needs_of().interior:

@@ -98,7 +98,7 @@ TIER_REFUSED = {o for o in group_options("cache") if o != "penelope"}
 def test_one_host_tier_rule_refused_by_both_hosts():
     from compose.compat import HOST_RULES
 
-    assert [r.name for r in HOST_RULES] == ["host-tier-needs-gaps", "draft-above-host-max"]
+    assert [r.name for r in HOST_RULES] == ["host-tier-needs-gaps", "gaps-refuse-sglang-tier", "draft-above-host-max"]
     tier = "++cache.host_tier_tokens=1000"
     for option in group_options("cache"):
         server, sim = f"+cache={option}", f"+cache={option}"
@@ -136,8 +136,10 @@ def test_the_cache_binding_hands_its_host_tier_to_the_simulators_cache():
     settings = resolve_bench(compose_bench(["+cache=penelope", "++cache.host_tier_tokens=500"]))
     assert sim_parts(settings, Scope.replica).host_tier_tokens == 500 and settings.sim.hicache_tokens == 0
     # SGLang's own host tier beside the gap cache: refused, as the server refuses its flag there
-    with pytest.raises(ConfigError, match=r"sim.hicache_tokens \(SGLang's own host tier\) conflicts"):
+    with pytest.raises(ConfigError, match=r"SGLang's own host tier \(sim.hicache_tokens=N.*\) conflicts with "
+                                          r"\+cache \(.*Penelope.*\), a cache that holds gaps"):
         sim_parts(resolve_bench(compose_bench(["+cache=penelope", "sim.hicache_tokens=10"])), Scope.replica)
-    with pytest.raises(ConfigError, match="sglang.enable_hierarchical_cache conflicts"):
+    with pytest.raises(ConfigError, match=r"SGLang's own host tier \(sglang.enable_hierarchical_cache=true\) "
+                                          r"conflicts with \+cache \(.*Penelope.*\), a cache that holds gaps"):
         sglang_fields(resolve(compose(["server.device=cpu", "+cache=penelope",
                                        "sglang.enable_hierarchical_cache=true"])))

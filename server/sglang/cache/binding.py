@@ -38,9 +38,9 @@ class CacheBinding:
             return [ForcedFlag("radix_eviction_policy", EVICTION_STRATEGY_NAME,
                                "the eviction order runs through SGLang's strategy registry", control=False)]
         why = f"+cache ({spec.target}) freeing history from the front (gap cache)"
-        for flag in ("enable_hierarchical_cache", "speculative_algorithm"):
-            if fields.get(flag):
-                raise ConfigError(f"sglang.{flag} conflicts with {why}")
+        # NOTE: sglang.enable_hierarchical_cache beside the gap cache is refused before (compose/compat.py)
+        if fields.get("speculative_algorithm"):
+            raise ConfigError(f"sglang.speculative_algorithm conflicts with {why}")
         return [ForcedFlag("radix_cache_backend", GAP_CACHE_BACKEND, "the gap cache", control=False),
                 ForcedFlag("page_size", 1, "the gap cache cuts gaps per token"),
                 # NOTE: a gap chunk's checkpoint hands the request its cached tail

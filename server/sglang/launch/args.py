@@ -35,7 +35,8 @@ def launch_fields(plan: LaunchPlan) -> LaunchFields:
     NOTE: the model-kind and host-setting rules (``compose.compat``) run first,
     so a refused pair is named before any binding adds a flag for it."""
     check_model_fit(served_model(plan), plan.policies)
-    check_host_settings(plan.policies, "sglang.enable_hierarchical_cache=true")
+    check_host_settings(plan.policies, "sglang.enable_hierarchical_cache=true",
+                        bool(plan.sglang.get("enable_hierarchical_cache")))
     launch = LaunchFields(plan, dict(plan.sglang))
     for spec, binding in chosen(plan):
         launch.apply(f"+{spec.group} ({spec.target.rsplit('.', 1)[-1]})", binding.launch(spec, launch))
