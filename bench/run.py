@@ -132,9 +132,9 @@ def run_bench(settings: BenchSettings, out_dir: Path | None = None,
             # NOTE: the replica column of requests.csv, kept apart (``RequestRecord`` has none)
             (out_dir / "replicas.csv").write_text(
                 "rid,replica\n" + "".join(f"{rid},{i}\n" for rid, i in cluster.assignment.items()))
+        log.info("bench: results in %s", out_dir)
     if cluster is not None:
         result["cluster"] = cluster  # NOTE: for callers (the routing table's script); never written
-        log.info("bench: results in %s", out_dir)
     result["records"] = records  # NOTE: for callers (tests/sim/test_golden.py); never written
     return result
 

@@ -77,6 +77,7 @@ TABLES: tuple[Table, ...] = (
     Table("decisions_live", ("bench.scripts.decisions_live",), ("decisions.md",), live=True),
     Table("cpu_defaults", ("bench.scripts.cpu_defaults",), ("cpu_defaults.md",), live=True),
     Table("peer", ("bench.scripts.peer",), ("peer.md",), live=True),
+    Table("reliability", ("bench.scripts.reliability",), ("reliability.md",), live=True),
     Table("dwise_estimators", ("bench.scripts.dwise_fit",), ("dwise_estimators.json",), live=True),
     # NOTE: after ``dwise``: fills the live section of the file ``dwise`` writes (which keeps it)
     Table("dwise_live", ("bench.scripts.dwise_live",), ("dwise.md",), live=True),

@@ -79,12 +79,13 @@ def test_past_max_waiting_requests_get_429_with_retry_after_and_admitted_ones_fi
 FUZZ_SEED, FUZZ_CASES = 31, 150
 
 #: Requests that took SGLang 0.5.23 down (a dead scheduler, an OOM-killed server) or answered
-#: 500 before the guards (found by the fuzzer, seeds 1 and 31).
+#: 500 before the guards (found by the fuzzer: seed 1, seed 31 to case 400).
 CRASHERS = [
     ("/v1/completions", {"model": "default", "prompt": [0, -1], "max_tokens": 2}, "token id -1"),
     ("/v1/completions", {"model": "default", "prompt": "hi", "max_tokens": 2, "n": 2 ** 31}, "more than 128"),
     ("/generate", {"input_ids": [1, 49152], "sampling_params": {"max_new_tokens": 2}}, "token id 49152"),
     ("/generate", {"text": "hi", "session_params": {"a": 1}}, "invalid session_params"),
+    ("/generate", {"text": "hi", "sampling_params": []}, "sampling_params is an empty list"),
     ("/v1/chat/completions", "text", "invalid request body"),
     ("/v1/chat/completions", {"model": "default", "messages": [{"role": "user", "content": "hi"}],
                               "response_format": [1, 2]}, "invalid request body"),

@@ -58,6 +58,8 @@ def test_the_hook_raises_value_error_which_sglang_answers_with_400():
 def test_n_past_openais_bound_is_refused_before_sglang_expands_the_request():
     assert too_many_samples({"n": MAX_PARALLEL_SAMPLES}) is None and too_many_samples({}) is None
     assert too_many_samples({"n": True}) is None and too_many_samples(None) is None
+    assert too_many_samples([]) == "sampling_params is an empty list"
+    assert too_many_samples([{"n": 1}, 3]) == "sampling_params must be an object or a list of objects"
     assert too_many_samples([{"n": 2}, {"n": 2 ** 31}]) == f"n={2 ** 31} samples is more than 128 per request"
     huge = GenerateReqInput(text="hi", sampling_params={"n": 2 ** 31, "max_new_tokens": 1})
     with pytest.raises(ValueError, match="more than 128"):

@@ -10,6 +10,8 @@ Found by ``bench.live.fuzz`` (seed 1) against SGLang 0.5.23 on CPU:
   check: ``"n": 2147483648`` on ``/v1/completions`` grew the HTTP process past
   20 GiB until the kernel's OOM killer took the server down. ``n`` is capped at
   ``MAX_PARALLEL_SAMPLES``, OpenAI's own limit for the same field;
+- ``sampling_params`` that is an empty list (or a list of non-objects): an
+  ``IndexError`` (``AttributeError``) where SGLang reads its first item, a 500;
 - ``session_params`` that are not SessionParams (an unknown key, a list, a
   wrong-typed field) raise ``TypeError`` in the tokenizer manager (a 500), or
   with a wrong-typed field travel on to the scheduler unchecked.
@@ -65,7 +67,12 @@ def bad_session_params(session_params: Any) -> str | None:
 
 
 def too_many_samples(sampling_params: Any) -> str | None:
-    """Why the ``n`` of ``sampling_params`` (a dict, or a batch's list of them) is refused."""
+    """Why ``sampling_params`` (a dict, or a batch's list of them) cannot be expanded: an
+    empty list or one of non-objects (SGLang reads ``[0].get``: IndexError, a 500), or ``n``."""
+    if isinstance(sampling_params, list) and not sampling_params:
+        return "sampling_params is an empty list"
+    if isinstance(sampling_params, list) and not all(isinstance(p, dict) for p in sampling_params):
+        return "sampling_params must be an object or a list of objects"
     batch = sampling_params if isinstance(sampling_params, list) else [sampling_params]
     for params in batch:
         n = params.get("n") if isinstance(params, dict) else None
