@@ -17,7 +17,9 @@ import importlib
 import inspect
 
 from server.sglang import SGLANG_VERSION
+from server.sglang.launch.input_guard import NORMALIZE_TARGET, VALIDATE_TARGET
 from server.sglang.launch.symbols import POLICY, SCHED, HookedSymbol
+from server.sglang.middleware.bad_input import REQUEST_VALIDATION
 
 #: The core's rows: what the plugin, the launcher and the scheduler subclass
 #: (the fixed dispatcher) hook or call whatever kinds are chosen. Each kind's
@@ -61,13 +63,12 @@ HOOKED_SYMBOLS: tuple[HookedSymbol, ...] = (
     HookedSymbol("sglang.srt.server_args.prepare_server_args", ("argv",)),
     HookedSymbol("sglang.srt.server_args.ServerArgs.add_cli_args", ("parser",)),
     HookedSymbol("sglang.srt.entrypoints.http_server.app"),
-    HookedSymbol("sglang.srt.managers.tokenizer_manager.TokenizerManager._validate_one_request",
-                 ("self", "obj", "input_ids")),
+    # The HTTP process's input guard (server/sglang/launch/input_guard.py).
+    HookedSymbol(VALIDATE_TARGET, ("self", "obj", "input_ids")),
     HookedSymbol("sglang.srt.managers.io_struct.SessionParams"),
-    HookedSymbol("sglang.srt.managers.io_struct.GenerateReqInput.normalize_batch_and_arguments", ("self",)),
+    HookedSymbol(NORMALIZE_TARGET, ("self",)),
     # Not SGLang's, but the adapter relies on it (server/sglang/middleware/bad_input.py).
-    HookedSymbol("fastapi.dependencies.utils.request_body_to_args",
-                 ("body_fields", "received_body", "embed_body_fields")),
+    HookedSymbol(".".join(REQUEST_VALIDATION), ("body_fields", "received_body", "embed_body_fields")),
     # Diffusion-LM rounds (server/sglang/scheduling/dllm.py).
     HookedSymbol(f"{SCHED}.Scheduler._fetch_waiting_reqs", ("self",)),
     HookedSymbol(f"{SCHED}.Scheduler._process_dllm_batches", ("self", "adder", "running_batch")),
