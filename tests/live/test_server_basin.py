@@ -15,8 +15,8 @@ import time
 import httpx
 import pytest
 
-from bench.live.chat import loads, wait_for
-from bench.live.faults import kill_scheduler
+from bench.live.chat import wait_for
+from bench.live.faults import kill_scheduler, kv_idle
 from tests.live.conftest import module_server
 from tests.live.harness import unique_prompt
 
@@ -44,11 +44,6 @@ async def session(client: httpx.AsyncClient, sid: str, rng: random.Random, log: 
     log["completed"].append(sid)
 
 
-def no_kv_held(base_url: str) -> bool:
-    load = loads(base_url)
-    return load["num_running_reqs"] == 0 and load["num_waiting_reqs"] == 0 and load["num_used_tokens"] == 0
-
-
 def test_burst_of_sessions_completes_or_is_refused_and_leaks_nothing(server):
     rng = random.Random(6)
     log: dict[str, list] = {"completed": [], "refused": []}
@@ -61,7 +56,7 @@ def test_burst_of_sessions_completes_or_is_refused_and_leaks_nothing(server):
     assert len(log["completed"]) + len(log["refused"]) == 50
     assert len(log["completed"]) >= 5, log  # sessions were admitted and finished all turns
     assert httpx.get(server.base_url + "/health", timeout=10).status_code == 200
-    wait_for(lambda: no_kv_held(server.base_url), timeout=60, what="every KV slot free")
+    wait_for(lambda: kv_idle(server.base_url), timeout=60, what="every KV slot free")
 
 
 #: SGLang's counter of client aborts (``TokenizerManager.abort_request``: a client that hangs up).
@@ -122,7 +117,7 @@ def test_clients_that_disconnect_mid_stream_free_their_kv(server):
     assert other == [], f"{counts}: {other[:5]}"
     assert len(served) + len(refused) == CLIENTS, counts
     assert len(served) >= MIN_SERVED, f"{counts}: expected at least {MIN_SERVED} served before hanging up"
-    wait_for(lambda: no_kv_held(server.base_url), timeout=120, what=f"every KV slot free after {counts}")
+    wait_for(lambda: kv_idle(server.base_url), timeout=120, what=f"every KV slot free after {counts}")
     aborted = metric_total(server.base_url, ABORTED) - aborted_before
     assert aborted >= len(served), f"{counts}, but SGLang counted only {aborted:g} client aborts ({ABORTED})"
     assert httpx.get(server.base_url + "/health", timeout=10).status_code == 200
