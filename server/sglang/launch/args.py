@@ -19,6 +19,7 @@ from compose.compat import ModelInHost, ModelKind, check_host_settings, check_mo
 from compose.config import ConfigError
 from compose.kinds import kinds
 from server.resolve import LaunchPlan
+from server.sglang.hicache.symbols import CPU_IO_BACKEND, CPU_MEM_LAYOUT
 from server.sglang.launch.binding import Forced, LaunchFields, chosen, server_binding
 from server.sglang.launch.hybrid import DEFAULT_STATE_SLOTS, cpu_hybrid
 
@@ -49,7 +50,28 @@ def launch_fields(plan: LaunchPlan) -> LaunchFields:
         launch.default("cuda_graph_backend_prefill", "disabled")
         if cpu_hybrid(plan.model_path):
             launch.default("max_mamba_cache_size", DEFAULT_STATE_SLOTS)
+        if launch.fields.get("enable_hierarchical_cache"):
+            _cpu_hicache(launch)
     return launch
+
+
+def _cpu_hicache(launch: LaunchFields) -> None:
+    """HiCache on CPU: the io backend and host layout ``server/sglang/hicache/cpu.py`` serves.
+
+    NOTE: defaults (stock gets them too), then a refusal naming the field for any
+    other value: SGLang's ``kernel`` backend and the page-first layouts are CUDA
+    kernels the CPU path does not have, and would fail at the first copy."""
+    for name, value in (("hicache_io_backend", CPU_IO_BACKEND), ("hicache_mem_layout", CPU_MEM_LAYOUT)):
+        launch.default(name, value)
+        have = launch.fields[name]
+        if have != value:
+            raise ConfigError(f"sglang.{name}={have} does not run on CPU: SGLang's HiCache there is served "
+                              f"with {name}={value} (server/sglang/hicache/cpu.py)")
+
+
+def hicache_on(plan: LaunchPlan) -> bool:
+    """Whether the plan launches SGLang with its hierarchical cache (a user's flag or an option's)."""
+    return bool(sglang_fields(plan).get("enable_hierarchical_cache"))
 
 
 def sglang_fields(plan: LaunchPlan) -> dict[str, Any]:

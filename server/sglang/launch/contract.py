@@ -17,6 +17,7 @@ import importlib
 import inspect
 
 from server.sglang import SGLANG_VERSION
+from server.sglang.hicache.symbols import HICACHE_SYMBOLS
 from server.sglang.launch.input_guard import NORMALIZE_TARGET, VALIDATE_TARGET
 from server.sglang.launch.symbols import POLICY, SCHED, HookedSymbol
 from server.sglang.middleware.bad_input import REQUEST_VALIDATION
@@ -76,6 +77,8 @@ HOOKED_SYMBOLS: tuple[HookedSymbol, ...] = (
     HookedSymbol("sglang.srt.entrypoints.http_server.launch_server",
                  ("server_args", "init_tokenizer_manager_func", "run_scheduler_process_func",
                   "run_detokenizer_process_func", "execute_warmup_func", "launch_callback")),
+    # SGLang's HiCache on the CPU path (server/sglang/hicache/cpu.py).
+    *HICACHE_SYMBOLS,
 )
 
 

@@ -59,6 +59,13 @@ def install(plan: LaunchPlan) -> None:
     from server.sglang.launch.binding import SchedulerParts, chosen
     from server.sglang.scheduling.scheduler import scheduler_class
 
+    if plan.device == "cpu":
+        from server.sglang.launch.args import hicache_on
+
+        if hicache_on(plan):
+            from server.sglang.hicache import cpu as cpu_hicache
+
+            cpu_hicache.install()
     parts = SchedulerParts()
     for spec, binding in chosen(plan):
         binding.install(spec, plan, parts)

@@ -1,0 +1,1 @@
+"""SGLang's hierarchical cache (HiCache: host tier, storage) on the CPU path."""
