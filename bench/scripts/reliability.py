@@ -2,6 +2,7 @@
 
     python -m bench.scripts.reliability                       # the table (about 75 min on 2 cores)
     python -m bench.scripts.reliability --overload-minutes 1 --aborts 100 --fuzz-cases 50 --out /tmp/r.md
+    python -m bench.scripts.reliability --sections disk --out /tmp/disk.md
 
 Sections, each on freshly started units at the default model and defaults
 (``python -m server`` as a user runs it):
@@ -24,6 +25,10 @@ Sections, each on freshly started units at the default model and defaults
   fate and when the worker served again.
 * **Fuzzed input**: ``bench.live.fuzz`` seeds against a single server: every
   status seen, and each case that got none of 200/400/413/422/429.
+* **Disk full or unwritable**: SGLang's HiCache file storage filled to ENOSPC
+  or made unwritable under a serving unit (``bench/scripts/reliability_disk.py``).
+
+``--sections`` runs some sections only (a smoke run); the table is built from all.
 
 Nothing here is tuned: admission options run at their defaults.
 """
@@ -46,6 +51,7 @@ from bench.live.chat import wait_for
 from bench.live.fuzz import ACCEPTED, cases, send
 from bench.live.server import ServerProcess
 from bench.scripts.common import add_output_args, git_commit
+from bench.scripts.reliability_disk import disk_section, render_disk
 
 OVERLOAD_X = 10
 CLIENT_TIMEOUT_S = 60.0
@@ -55,6 +61,7 @@ ADMISSION = (("none (stock SGLang)", ()), ("SGLang `max_queued_requests=64`", ("
              ("`+admission=max_queue`", ("+admission=max_queue",)), ("`+admission=basin`", ("+admission=basin",)))
 CLUSTER = ("+router=prefix_hash", "cluster.replicas=2")
 FUZZ_SEEDS = (1, 2, 3, 31)
+SECTIONS = ("aborts", "overload", "kill", "fuzz", "disk")
 
 
 def unit_of(overrides: tuple[str, ...], logs: Path, name: str) -> ServerProcess:
@@ -83,7 +90,11 @@ def main() -> None:
     parser.add_argument("--aborts", type=int, default=1000)
     parser.add_argument("--overload-minutes", type=float, default=10.0)
     parser.add_argument("--fuzz-cases", type=int, default=400, help="per seed")
+    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, of {', '.join(SECTIONS)}")
     args = parser.parse_args()
+    sections = set(args.sections.split(","))
+    if sections - set(SECTIONS):
+        parser.error(f"unknown sections {sorted(sections - set(SECTIONS))}; choose from {', '.join(SECTIONS)}")
     git_commit()  # NOTE: stamps the run now (cached), before any work
     args.results.mkdir(parents=True, exist_ok=True)
     logs = Path(tempfile.mkdtemp(prefix="reliability-"))
@@ -95,25 +106,33 @@ def main() -> None:
         (args.results / "runs.json").write_text(json.dumps(out, indent=1, default=str))
         print(f"{key}: {json.dumps(value, default=str)[:400]}", flush=True)
 
-    with unit_of((), logs, "single") as unit:
-        save("aborts", faults.abort_streams(unit, args.aborts, 16, seed=0))
-        save("fuzz", fuzz_section(unit, args.fuzz_cases))
-        save("capacity_rps", faults.capacity(unit, 30.0, 8, OVERLOAD_TOKENS, seed=1))
-    rate = OVERLOAD_X * out["capacity_rps"]
-    rows: list[dict[str, Any]] = []
-    for label, overrides in ADMISSION:
-        with unit_of(overrides, logs, f"overload-{len(rows)}") as unit:
-            row = faults.overload(unit, rate, 60 * args.overload_minutes, OVERLOAD_TOKENS, CLIENT_TIMEOUT_S,
-                                  seed=2)
-            row |= {"label": label, "overrides": list(overrides), "drain_s": faults.drain_s(unit.base_url)}
-            rows.append(row)
-            save("overload", rows)
-    unit = unit_of((), logs, "kill-single").start()
-    save("kill_single", faults.kill_scheduler(unit))
-    with unit_of(CLUSTER, logs, "kill-cluster") as unit:
-        wait_for(lambda: faults.healthy(f"http://127.0.0.1:{unit.port + 1}")
-                        and faults.healthy(f"http://127.0.0.1:{unit.port + 2}"), timeout=300, what="workers")
-        save("kill_cluster", faults.kill_worker_scheduler(unit, unit.port + 1) | {"workers": 2})
+    if sections & {"aborts", "fuzz", "overload"}:
+        with unit_of((), logs, "single") as unit:
+            if "aborts" in sections:
+                save("aborts", faults.abort_streams(unit, args.aborts, 16, seed=0))
+            if "fuzz" in sections:
+                save("fuzz", fuzz_section(unit, args.fuzz_cases))
+            if "overload" in sections:
+                save("capacity_rps", faults.capacity(unit, 30.0, 8, OVERLOAD_TOKENS, seed=1))
+    if "overload" in sections:
+        rate = OVERLOAD_X * out["capacity_rps"]
+        rows: list[dict[str, Any]] = []
+        for label, overrides in ADMISSION:
+            with unit_of(overrides, logs, f"overload-{len(rows)}") as unit:
+                row = faults.overload(unit, rate, 60 * args.overload_minutes, OVERLOAD_TOKENS, CLIENT_TIMEOUT_S,
+                                      seed=2)
+                row |= {"label": label, "overrides": list(overrides), "drain_s": faults.drain_s(unit.base_url)}
+                rows.append(row)
+                save("overload", rows)
+    if "kill" in sections:
+        unit = unit_of((), logs, "kill-single").start()
+        save("kill_single", faults.kill_scheduler(unit))
+        with unit_of(CLUSTER, logs, "kill-cluster") as unit:
+            wait_for(lambda: faults.healthy(f"http://127.0.0.1:{unit.port + 1}")
+                            and faults.healthy(f"http://127.0.0.1:{unit.port + 2}"), timeout=300, what="workers")
+            save("kill_cluster", faults.kill_worker_scheduler(unit, unit.port + 1) | {"workers": 2})
+    if "disk" in sections:
+        save("disk", disk_section(logs))
     wall = time.perf_counter() - t_start
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(render(out, wall))
@@ -125,15 +144,25 @@ def _n(outcomes: dict[str, int], prefix: str) -> int:
 
 
 def render(out: dict[str, Any], wall: float) -> str:
-    a, fz = out["aborts"], out["fuzz"]
-    ks, kc = out["kill_single"], out["kill_cluster"]
     lines = [
-        "# Reliability: aborted streams, overload, killed schedulers, fuzzed input (live CPU server)",
+        "# Reliability: aborted streams, overload, killed schedulers, fuzzed input, broken disks (live CPU server)",
         "",
         f"Produced by `python -m bench.scripts.reliability` at commit {git_commit()} ({datetime.now(UTC):%Y-%m-%d}), "
         f"{wall / 60:.0f} min on a 2-core machine; SmolLM2-135M on SGLang 0.5.23 `--device cpu`, one thread per "
         "server, every option at its defaults. What each section does: the script's docstring.",
         "",
+    ]
+    for title, key, part in (("Aborted streams", "aborts", _aborts), ("Overload", "overload", _overload),
+                             ("Killed scheduler", "kill_single", _kills), ("Fuzzed input", "fuzz", _fuzz)):
+        lines += part(out) if key in out else [f"## {title}", "", "Not run in this build (`--sections`).", ""]
+    lines += render_disk(out["disk"]) if "disk" in out else [
+        "## Disk full or unwritable", "", "Not run in this build (`--sections`).", ""]
+    return "\n".join(lines)
+
+
+def _aborts(out: dict[str, Any]) -> list[str]:
+    a = out["aborts"]
+    return [
         "## Aborted streams",
         "",
         "| streams (16 at a time) | hung up before the first byte | mid-stream | finished first | other | "
@@ -144,6 +173,11 @@ def render(out: dict[str, Any], wall: float) -> str:
         f"{_n(a['outcomes'], 'status')} | {a['kv_tokens_after']} | {a['running_after']} / {a['waiting_after']} | "
         f"{a['rss_before_mib']:.0f} -> {a['rss_after_mib']:.0f} ({a['rss_after_mib'] - a['rss_before_mib']:+.0f}) |",
         "",
+    ]
+
+
+def _overload(out: dict[str, Any]) -> list[str]:
+    lines = [
         "## Overload",
         "",
         f"Capacity: {out['capacity_rps']:.2f} requests/s (closed loop, 8 clients, {OVERLOAD_TOKENS} output tokens); "
@@ -162,8 +196,12 @@ def render(out: dict[str, Any], wall: float) -> str:
         lines.append(f"| {r['label']} | {r['sent']} | {o.get('answered', 0)} | {o.get('refused', 0)} | {failed} | "
                      f"{o.get('hung', 0)} | {p} | {r['kv_peak']} / {r['capacity']} | "
                      f"{'yes' if r['alive'] else 'NO'}, {_secs(r['drain_s'])} |")
-    lines += [
-        "",
+    return [*lines, ""]
+
+
+def _kills(out: dict[str, Any]) -> list[str]:
+    ks, kc = out["kill_single"], out["kill_cluster"]
+    return [
         "## Killed scheduler",
         "",
         "| unit | killed | requests in flight | outcome | time | processes left |",
@@ -176,6 +214,12 @@ def render(out: dict[str, Any], wall: float) -> str:
         f"{'yes' if kc['unit_alive'] else 'NO'} | down {_secs(kc['down_s'])}, serving again "
         f"{_secs(kc['serving_again_s'])} after the kill | - |",
         "",
+    ]
+
+
+def _fuzz(out: dict[str, Any]) -> list[str]:
+    fz = out["fuzz"]
+    lines = [
         "## Fuzzed input",
         "",
         f"{fz['cases']} cases (`bench.live.fuzz`, seeds {', '.join(map(str, fz['seeds']))}): statuses "
@@ -185,15 +229,7 @@ def render(out: dict[str, Any], wall: float) -> str:
     ]
     lines += [f"- seed {b['seed']} case {b['index']} {b['endpoint']} ({b['what']}): {b['status']} {b['detail'][:120]}"
               for b in fz["bad"]]
-    lines += [
-        "## Disk full",
-        "",
-        "Not run: no Switchboard option writes KV to disk yet (the gap cache's host tier is host RAM, "
-        "`server/sglang/cache/host_kv.py`; SGLang's HiCache file storage is not wired in). The disk tiers "
-        "of FlatCake add this row.",
-        "",
-    ]
-    return "\n".join(lines)
+    return lines + ([""] if fz["bad"] else [])
 
 
 def _secs(v: float | None) -> str:
