@@ -171,17 +171,23 @@ def send(base_url: str, case: Case, headers: dict[str, str] | None = None, timeo
         return Outcome(case, -3, time.monotonic() - t0, f"no answer: {type(exc).__name__}: {exc}")
 
 
+def outcomes(base_url: str, seed: int, n: int, headers: dict[str, str] | None = None,
+             timeout: float = 60) -> Iterator[Outcome]:
+    """Send seed ``seed``'s first ``n`` cases in order; each one's outcome as it comes."""
+    for case in cases(seed, n):
+        yield send(base_url, case, headers, timeout)
+
+
 def fuzz(base_url: str, seed: int, n: int, healthy: Callable[[], bool],
          headers: dict[str, str] | None = None, timeout: float = 60) -> list[Outcome]:
     """Send ``n`` cases in order; the outcomes that break the property (a status outside
     ``ACCEPTED``, or no answer), with the server's health checked after each of them and at the end."""
     bad = []
-    for case in cases(seed, n):
-        outcome = send(base_url, case, headers, timeout)
+    for outcome in outcomes(base_url, seed, n, headers, timeout):
         if outcome.status not in ACCEPTED:
             bad.append(outcome)
             if not healthy():
-                bad.append(Outcome(case, -2, 0.0, "server unhealthy after this case"))
+                bad.append(Outcome(outcome.case, -2, 0.0, "server unhealthy after this case"))
                 break
     if not healthy():
         bad.append(Outcome(Case(n, "", None, "end"), -2, 0.0, "server unhealthy at the end"))
