@@ -31,3 +31,11 @@ def test_without_hicache_nothing_is_added():
 def test_a_cuda_only_backend_or_layout_is_refused_naming_the_field(field, value):
     with pytest.raises(ConfigError, match=rf"sglang.{field}={value} does not run on CPU.*{field}="):
         _fields("sglang.enable_hierarchical_cache=true", f"sglang.{field}={value}")
+
+
+def test_hicache_with_a_hybrid_model_is_refused_on_cpu(tmp_path):
+    (tmp_path / "config.json").write_text('{"architectures": ["Lfm2ForCausalLM"]}')
+    with pytest.raises(ConfigError, match=r"enable_hierarchical_cache=true is not served on CPU for a hybrid "
+                                          r"model \(Lfm2ForCausalLM\)"):
+        _fields("sglang.enable_hierarchical_cache=true", f"model.path={tmp_path}")
+    _fields(f"model.path={tmp_path}")  # the hybrid model alone is served

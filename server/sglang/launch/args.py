@@ -51,16 +51,22 @@ def launch_fields(plan: LaunchPlan) -> LaunchFields:
         if cpu_hybrid(plan.model_path):
             launch.default("max_mamba_cache_size", DEFAULT_STATE_SLOTS)
         if launch.fields.get("enable_hierarchical_cache"):
-            _cpu_hicache(launch)
+            _cpu_hicache(launch, cpu_hybrid(plan.model_path))
     return launch
 
 
-def _cpu_hicache(launch: LaunchFields) -> None:
+def _cpu_hicache(launch: LaunchFields, hybrid: str | None) -> None:
     """HiCache on CPU: the io backend and host layout ``server/sglang/hicache/cpu.py`` serves.
 
     NOTE: defaults (stock gets them too), then a refusal naming the field for any
     other value: SGLang's ``kernel`` backend and the page-first layouts are CUDA
-    kernels the CPU path does not have, and would fail at the first copy."""
+    kernels the CPU path does not have, and would fail at the first copy. A hybrid
+    model's recurrent-state host pool refuses ``layer_first`` (SGLang's
+    ``MambaPoolHost``), and its page-first copies are not served on CPU."""
+    if hybrid is not None:
+        raise ConfigError(f"sglang.enable_hierarchical_cache=true is not served on CPU for a hybrid model ({hybrid}): "
+                          "SGLang's recurrent-state host pool needs the page_first_direct layout, whose copies "
+                          "the CPU path does not have (server/sglang/hicache/cpu.py)")
     for name, value in (("hicache_io_backend", CPU_IO_BACKEND), ("hicache_mem_layout", CPU_MEM_LAYOUT)):
         launch.default(name, value)
         have = launch.fields[name]
