@@ -99,6 +99,9 @@ class TierNeeds:
     demote: bool = False
     """A ``MEMORY`` block evicted from host memory is written to SSD instead of
     dropped (an exclusive two-level hierarchy)."""
+    segments: bool = False
+    """The host stores each session's SSD blocks contiguously (append-only session
+    segments): a restore reads a run of blocks in one request, not one per page."""
     sessions: bool = False
     """The policy learns from finished requests (``ObservesFinished``) and reads
     the view's session fields; a host that cannot tell sessions apart refuses it."""

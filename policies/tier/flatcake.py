@@ -45,7 +45,7 @@ class _Session:
 class FlatCakePolicy:
     """One level of memory and SSD; a session's home is chosen once (see module docs)."""
 
-    needs: ClassVar[TierNeeds] = TierNeeds(ssd=True, sessions=True)
+    needs: ClassVar[TierNeeds] = TierNeeds(ssd=True, segments=True, sessions=True)
 
     def __init__(self, ssd_session_tokens: int = 32768, idle_timeout_s: float = 600.0, quantile: float = 0.8,
                  history: int = 512, min_history: int = 8, prior_growth: float = 4.0,

@@ -40,7 +40,8 @@ def test_the_built_in_hierarchies():
     assert HierarchicalPolicy().place(block(ssd=0, ssd_free=0)) is Home.MEMORY
     assert SsdOnlyPolicy().place(block()) is Home.SSD
     assert ExclusivePolicy().place(block()) is Home.MEMORY and ExclusivePolicy.needs.demote
-    assert not HierarchicalPolicy.needs.demote and FlatCakePolicy.needs.sessions
+    assert not HierarchicalPolicy.needs.demote and FlatCakePolicy.needs.sessions and FlatCakePolicy.needs.segments
+    assert not any(p.needs.segments for p in (HierarchicalPolicy, SsdOnlyPolicy, ExclusivePolicy))
 
 
 def test_check_home_refuses_ssd_on_a_host_without_one():
