@@ -232,7 +232,8 @@ class RouterHostConfig:
     """The gateway's per-request timeout."""
     tenant_keys_file: str | None = None
     """File of the gateway's per-tenant keys, one ``tenant:key`` per line (SMG's
-    ``--tenant-api-key``, kept off the command line); needs ``server.api_key_file``."""
+    ``--tenant-api-key``, kept off the command line). Refused at startup for now:
+    the pinned SMG answers 401 to every per-tenant key (``server/auth.py``)."""
     tls_cert_path: str | None = None
     """PEM certificate the gateway serves HTTPS with (with ``tls_key_path``); null: plain HTTP."""
     tls_key_path: str | None = None

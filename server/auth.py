@@ -136,11 +136,13 @@ def load_keys(api_key_file: str | None, admin_api_key_file: str | None, tenant_k
     admin = _one(admin_api_key_file, "server.admin_api_key_file", ADMIN_KEY_ENV, env, sources)
     tenants: tuple[tuple[str, Secret], ...] = ()
     if tenant_keys_file:
-        if api_key is None:
-            raise ConfigError("router.tenant_keys_file needs server.api_key_file (or $SWITCHBOARD_API_KEY): "
-                              "the gateway authenticates to the workers with that key")
-        sources.append("router.tenant_keys_file")
-        tenants = parse_tenant_keys(_read(tenant_keys_file, "router.tenant_keys_file"), "router.tenant_keys_file")
+        # NOTE: refused, not passed on: SMG 1.1.0 (pinned) takes per-tenant keys (RouterArgs.tenant_api_keys,
+        # --tenant-api-key) and then answers 401 to each of them on the serving routes, through its Python
+        # launcher and its `smg launch` CLI alike (checked live; tests/live/test_server_router.py keeps the
+        # check: when SMG honours them, that test fails and this refusal can go).
+        raise ConfigError("router.tenant_keys_file is refused: the pinned gateway (SMG 1.1.0) accepts per-tenant "
+                          "keys but answers 401 to every one of them; use server.api_key_file (one key for the "
+                          "unit) until SMG honours them")
     if admin is not None and api_key is None:
         raise ConfigError("server.admin_api_key_file needs server.api_key_file (or $SWITCHBOARD_API_KEY) too: "
                           "with an admin key alone SGLang serves inference to anyone")

@@ -32,7 +32,7 @@ from bench.live.server import GATEWAY_METRICS_OFFSET, free_port
 from compose.config import compose
 from compose.specs import build_policy, specs_from_config
 from policies.router import RouteView, WorkerView
-from server.auth import API_KEY_ENV, REDACTED
+from server.auth import API_KEY_ENV, REDACTED, TENANT_KEYS_ENV
 from server.cluster.gateway import gateway_plan
 from tests.live.harness import _WORDS
 
@@ -48,6 +48,8 @@ QUESTIONS = ("What is your name?", "What can you do?", "Say one more thing.")
 #: The unit's API key (a fresh one per run) and the header every client sends.
 KEY = secrets.token_urlsafe(24)
 AUTH = {"Authorization": f"Bearer {KEY}"}
+#: Per-tenant keys handed to SMG the way ``server.cluster.smg_main`` would (``router.tenant_keys_file``).
+TENANT_KEYS = {"team-a": secrets.token_urlsafe(24), "team-b": secrets.token_urlsafe(24)}
 
 
 @dataclass
@@ -81,8 +83,9 @@ def unit(start_server, tmp_path_factory):
 
 
 @contextmanager
-def gateway(unit, option: str, tmp_path) -> Iterator[tuple[str, object]]:
-    """An extra SMG gateway with ``+router=<option>`` in front of the unit's workers."""
+def gateway(unit, option: str, tmp_path, env: dict[str, str] | None = None) -> Iterator[tuple[str, object]]:
+    """An extra SMG gateway with ``+router=<option>`` in front of the unit's workers (``env``: more
+    of its environment)."""
     spec = specs_from_config(compose(["server.device=cpu", f"+router={option}"]))["router"]
     policy = build_policy(spec)
     port = free_port(extra=(GATEWAY_METRICS_OFFSET,))
@@ -90,7 +93,7 @@ def gateway(unit, option: str, tmp_path) -> Iterator[tuple[str, object]]:
                         grace_s=5, model_name=MODEL, worker_urls=unit.workers)
     with (tmp_path / f"smg-{option}.log").open("w") as log:
         proc = subprocess.Popen(plan.argv, stdout=log, stderr=subprocess.STDOUT,
-                                env=dict(os.environ, **{API_KEY_ENV: KEY}))
+                                env=dict(os.environ, **{API_KEY_ENV: KEY}, **(env or {})))
         try:
             wait_for(lambda: ready(plan.url), timeout=60, what=f"{option} gateway ready")
             yield plan.url, policy
@@ -233,6 +236,19 @@ def test_the_key_guards_the_gateway_and_the_workers_and_is_printed_nowhere(unit)
         assert KEY not in " ".join(p.cmdline()), p.name()
     assert KEY not in unit.log_text()
     assert "auth: keys from server.api_key_file" in unit.log_text()
+
+
+def test_the_pinned_gateway_still_refuses_per_tenant_keys(unit, tmp_path):
+    """Why ``router.tenant_keys_file`` is refused at startup (``server/auth.py``): SMG 1.1.0 takes
+    per-tenant keys and answers 401 to each of them. When this test fails, SMG honours them:
+    lift the refusal and check a tenant's key opens the gateway and no worker."""
+    tenants = {TENANT_KEYS_ENV: "\n".join(f"{t}:{k}" for t, k in TENANT_KEYS.items())}
+    body = {"model": "default", "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]}
+    with gateway(unit, "round_robin", tmp_path, env=tenants) as (url, _):
+        assert httpx.post(url + "/v1/chat/completions", json=body, headers=AUTH, timeout=120).status_code == 200
+        for tenant_key in TENANT_KEYS.values():
+            assert httpx.post(url + "/v1/chat/completions", json=body, timeout=60,
+                              headers={"Authorization": f"Bearer {tenant_key}"}).status_code == 401
 
 
 def _worker_group(unit, port: int) -> int:
