@@ -115,6 +115,13 @@ def loads(base_url: str) -> dict[str, Any]:
     return rank0
 
 
+def metric_total(base_url: str, name: str, timeout: float = 10) -> float:
+    """The sum of a Prometheus series ``name`` over its label sets (SGLang's ``/metrics``)."""
+    text = httpx.get(base_url + "/metrics", timeout=timeout).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith((name + "{", name + " ")))
+
+
 def wait_for(predicate: Callable[[], object], timeout: float = 120, what: str = "condition") -> None:
     """Poll server state until ``predicate()`` holds."""
     deadline = time.monotonic() + timeout

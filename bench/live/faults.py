@@ -337,8 +337,9 @@ def _serves(p: psutil.Process, port: int) -> bool:
         return False
 
 
-def healthy(url: str) -> bool:
+def healthy(url: str, timeout: float = 2) -> bool:
+    """Whether ``url`` answers ``/health`` with 200 within ``timeout`` seconds (no answer: ``False``)."""
     try:
-        return httpx.get(url + "/health", timeout=2).status_code == 200
+        return httpx.get(url + "/health", timeout=timeout).status_code == 200
     except httpx.HTTPError:
         return False

@@ -19,6 +19,9 @@ from typing import Any
 
 import httpx
 
+from bench.live.chat import metric_total
+from bench.live.faults import healthy
+
 TIERS = ("device", "host", "storage")
 #: SGLang's log line for each storage page it could not write (``HiCacheFile.set``).
 FAILED_SAVE = "Failed to save tensor"
@@ -73,12 +76,6 @@ def push_out(url: str, rng: random.Random, tokens: int, n_words: int) -> int:
     while sent <= tokens:
         sent += int(generate(url, fresh_text(rng, n_words))["meta_info"]["prompt_tokens"])
     return sent
-
-
-def metric(url: str, name: str) -> float:
-    """The sum of SGLang's Prometheus series ``name`` over its labels."""
-    text = httpx.get(url + "/metrics", timeout=30).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
 
 
 def repeats_after_push(url: str, rng: random.Random, n: int, n_words: int, push_tokens: int) -> dict[str, Any]:
@@ -159,13 +156,10 @@ def storage_fault(url: str, log_path: Path, break_storage: Callable[[], object],
     Also: SGLang's failed-page log lines and its stored-token counter
     (``sglang:backuped_tokens_total``) across the fault, and health after."""
     before = repeats_after_push(url, rng, n, n_words, push_tokens)
-    failed0, stored0 = log_path.read_text(errors="replace").count(FAILED_SAVE), metric(url, STORED)
+    failed0, stored0 = log_path.read_text(errors="replace").count(FAILED_SAVE), metric_total(url, STORED, timeout=30)
     broke = break_storage()
     after = repeats_after_push(url, rng, n, n_words, push_tokens)
     failed = log_path.read_text(errors="replace").count(FAILED_SAVE) - failed0
-    try:
-        alive = httpx.get(url + "/health", timeout=30).status_code == 200
-    except httpx.HTTPError:
-        alive = False
     return {"before": before, "after": after, "break": broke, "failed_page_writes": failed,
-            "stored_tokens_during_fault": metric(url, STORED) - stored0, "healthy_after": alive}
+            "stored_tokens_during_fault": metric_total(url, STORED, timeout=30) - stored0,
+            "healthy_after": healthy(url, timeout=30)}

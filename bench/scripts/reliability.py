@@ -148,10 +148,9 @@ def render(out: dict[str, Any], wall: float) -> str:
         "",
     ]
     for title, key, part in (("Aborted streams", "aborts", _aborts), ("Overload", "overload", _overload),
-                             ("Killed scheduler", "kill_single", _kills), ("Fuzzed input", "fuzz", _fuzz)):
+                             ("Killed scheduler", "kill_single", _kills), ("Fuzzed input", "fuzz", _fuzz),
+                             ("Disk full or unwritable", "disk", lambda o: render_disk(o["disk"]))):
         lines += part(out) if key in out else [f"## {title}", "", "Not run in this build (`--sections`).", ""]
-    lines += render_disk(out["disk"]) if "disk" in out else [
-        "## Disk full or unwritable", "", "Not run in this build (`--sections`).", ""]
     return "\n".join(lines)
 
 

@@ -15,7 +15,7 @@ import time
 import httpx
 import pytest
 
-from bench.live.chat import wait_for
+from bench.live.chat import metric_total, wait_for
 from bench.live.faults import kill_scheduler, kv_idle
 from tests.live.conftest import module_server
 from tests.live.harness import unique_prompt
@@ -69,13 +69,6 @@ CLIENTS = 100
 #: per cycle of prefill + abort (< 4 s even on 2 busy cores) serves 10 within the 40 s. (Seen in
 #: December: all 100 served in 17 s, 100 aborts counted.)
 MIN_SERVED = 10
-
-
-def metric_total(base_url: str, name: str) -> float:
-    """Sum of a Prometheus series over its label sets (``/metrics``)."""
-    text = httpx.get(base_url + "/metrics", timeout=10).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith((name + "{", name + " ")))
 
 
 def test_clients_that_disconnect_mid_stream_free_their_kv(server):

@@ -27,7 +27,7 @@ import httpx
 import psutil
 import pytest
 
-from bench.live.chat import client, wait_for
+from bench.live.chat import client, metric_total, wait_for
 from bench.live.server import GATEWAY_METRICS_OFFSET, free_port
 from compose.config import compose
 from compose.specs import build_policy, specs_from_config
@@ -102,11 +102,6 @@ def gateway(unit, option: str, tmp_path, env: dict[str, str] | None = None) -> I
             proc.wait(timeout=30)
 
 
-def metric(worker: str, name: str) -> float:
-    text = httpx.get(worker + "/metrics", timeout=10).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name + "{") or line.startswith(name + " "))
-
 
 def cached_share(unit, run) -> tuple[float, list[Served]]:
     """Flush both workers, ``run()``, return (cached / prompt tokens over both workers, served)."""
@@ -114,10 +109,10 @@ def cached_share(unit, run) -> tuple[float, list[Served]]:
         # NOTE: SGLang refuses (400) while a request runs, e.g. the gateway's health check
         wait_for(lambda w=w: httpx.post(w + "/flush_cache", headers=AUTH, timeout=30).status_code == 200, timeout=60,
                  what=f"{w} cache flushed")
-    before = [(metric(w, "sglang:cached_tokens_total"), metric(w, "sglang:prompt_tokens_total"))
+    before = [(metric_total(w, "sglang:cached_tokens_total"), metric_total(w, "sglang:prompt_tokens_total"))
               for w in unit.workers]
     served = run()
-    after = [(metric(w, "sglang:cached_tokens_total"), metric(w, "sglang:prompt_tokens_total"))
+    after = [(metric_total(w, "sglang:cached_tokens_total"), metric_total(w, "sglang:prompt_tokens_total"))
              for w in unit.workers]
     cached = sum(a[0] - b[0] for a, b in zip(after, before, strict=True))
     prompt = sum(a[1] - b[1] for a, b in zip(after, before, strict=True))
