@@ -373,6 +373,17 @@ class SimConfig:
     server), modelled: tokens of host memory keeping what a tail-first cache
     evicts, restored instead of recomputed; 0 = none. NOTE: refused with a
     cache that holds gaps, as the server refuses HiCache beside the gap cache."""
+    ssd_read_gbs: float = 7.0
+    """With ``+tier`` and an SSD level: its read bandwidth (GB/s; about a PCIe 4.0
+    NVMe drive). Reads and writes queue on one device (``bench/sim/tiers.py``)."""
+    ssd_write_gbs: float = 5.0
+    """The SSD level's write bandwidth (GB/s): backups and demotions, in the background."""
+    ssd_read_latency_s: float = 1e-4
+    """Fixed cost of each read request to the SSD (one per stored page, or one per
+    segment with an option that stores sessions contiguously)."""
+    ssd_page_tokens: int = 64
+    """Tokens per stored page without segments, one read each (SGLang's storage
+    keeps one object per KV page; 64: a common page size with storage)."""
     adapters_count: int = 0
     """With ``+adapters``: adapters the requests use (``bench/sim/adapters.py``:
     drawn per session, or per request, by a stable hash); 0 = every request

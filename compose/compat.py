@@ -148,6 +148,15 @@ HOST_RULES: tuple[HostRule, ...] = (
              "SGLang's own host tier ({sglang_host_tier}) conflicts with +cache ({option}), a cache that "
              "holds gaps: use cache.host_tier_tokens"),
     # NOTE: the host sizes its buffers and per-step KV for max_draft_tokens at startup.
+    HostRule("tier-needs-ssd", "tier",
+             lambda needs, host, sglang_tier: needs.ssd and not host.has_ssd,
+             "+tier ({option}) places blocks on SSD: set tier.ssd_dir and tier.ssd_gb"),
+    # NOTE: a tier option sets SGLang's host tier up from its own host settings (server:
+    # hicache/binding.py); a second one beside it would be sized twice.
+    HostRule("tier-owns-sglang-tier", "tier",
+             lambda needs, host, sglang_tier: sglang_tier,
+             "+tier ({option}) sets SGLang's own host tier up itself (tier.host_ratio, tier.ssd_dir, tier.ssd_gb): "
+             "remove {sglang_host_tier}"),
     HostRule("draft-above-host-max", "speculative",
              lambda needs, host, sglang_tier: max(needs.draft_lengths, default=0) > host.max_draft_tokens,
              "+speculative ({option}) drafts {needs.draft_lengths} tokens per step but speculative.max_draft_tokens="
@@ -155,9 +164,36 @@ HOST_RULES: tuple[HostRule, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class Conflict:
+    """One refused pair of chosen kinds: ``group``'s option beside ``other``'s, when ``when`` holds."""
+
+    name: str
+    """Short id (test tables name rules by it)."""
+    group: str
+    """The kind's config group."""
+    other: str
+    """The other kind's config group."""
+    when: Callable[[Any, Any], bool]
+    """On the option's Needs and the other option's: whether the pair is refused."""
+    why: str
+    """The error, formatted with ``option`` and ``other`` (the two options' targets)."""
+
+
+#: Every refused pair of kinds, checked by both hosts with the host settings.
+CONFLICTS: tuple[Conflict, ...] = (
+    # NOTE: SGLang's HiCache backs up the nodes of SGLang's own tail-first tree; the gap
+    # cache is a tree of its own with its own host tier (server: cache/gap_cache.py).
+    Conflict("tier-beside-gaps", "tier", "cache", lambda needs, other: other.interior,
+             "+tier ({option}) runs on SGLang's hierarchical cache, which backs up the nodes of SGLang's own "
+             "tree; +cache ({other}) frees history from the front in Switchboard's gap cache, which keeps its "
+             "own host tier: use cache.host_tier_tokens with it, or +tier with a tail-first +cache"),
+)
+
+
 def check_host_settings(specs: Mapping[str, PolicySpec], sglang_host_tier: str, sglang_tier_on: bool) -> None:
     """Raise ``ConfigError`` (one line, naming the setting) for the first refused host
-    setting (``HOST_RULES``); ``sglang_host_tier``: how this host switches SGLang's own
+    setting (``HOST_RULES``), then the first refused pair of kinds (``CONFLICTS``); ``sglang_host_tier``: how this host switches SGLang's own
     host tier on, ``sglang_tier_on``: whether it is on."""
     for rule in HOST_RULES:
         spec = specs.get(rule.group)
@@ -167,6 +203,10 @@ def check_host_settings(specs: Mapping[str, PolicySpec], sglang_host_tier: str, 
         if rule.when(needs, host, sglang_tier_on):
             raise ConfigError(rule.why.format(option=spec.target, needs=needs, host=host,
                                               sglang_host_tier=sglang_host_tier))
+    for pair in CONFLICTS:
+        spec, other = specs.get(pair.group), specs.get(pair.other)
+        if spec is not None and other is not None and pair.when(spec.needs_of(), other.needs_of()):
+            raise ConfigError(pair.why.format(option=spec.target, other=other.target))
 
 
 def check_model_fit(model: ModelInHost, specs: Mapping[str, PolicySpec]) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 
 from compose.schema import AdaptersHostConfig, CacheHostConfig, RouterHostConfig
 from policies.speculative import SpeculativeHostConfig
+from policies.tier import TierHostConfig
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,8 @@ KINDS: tuple[Kind, ...] = (
          host_settings=SpeculativeHostConfig),
     Kind("decisions", "decisions", "DecisionsPolicy", "DecisionsNeeds",
          "server.sglang.decisions.binding:BINDING", "bench.sim.decisions:BINDING"),
+    Kind("tier", "tier", "TierPolicy", "TierNeeds",
+         "server.sglang.hicache.binding:BINDING", "bench.sim.tiers:BINDING", host_settings=TierHostConfig),
 )
 
 #: Every registered kind by config group, in the order hosts apply them

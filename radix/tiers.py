@@ -91,6 +91,8 @@ class TieredHost(HostTier):
         self.placer = placer
         self.demote = demote
         self.homes: dict[_Node, Home] = {}
+        self.on_ssd: Callable[[_Node], None] | None = None
+        """Told of each node put on the SSD level (placed there, or demoted): the host writes it."""
         self._ages = itertools.count()
 
     def fits(self, tokens: int) -> bool:
@@ -117,10 +119,14 @@ class TieredHost(HostTier):
         stamp = next(self._ages)
         dropped: list[_Node] = []
         for level in levels:
+            if level is self.ssd and self.on_ssd is not None:
+                self.on_ssd(node)
             for old in level.put(node, stamp):
                 if level is self.memory and self.demote and self.homes.get(old) is Home.MEMORY \
                         and old.num_tokens <= self.ssd.capacity and old not in self.ssd.stamps:
                     self.homes[old] = Home.SSD
+                    if self.on_ssd is not None:
+                        self.on_ssd(old)
                     dropped += self.ssd.put(old, next(self._ages))  # NOTE: the newest on SSD
                 else:
                     dropped.append(old)

@@ -12,12 +12,13 @@ module                    mirrors (SGLang 0.5.23)
 ``cost.CostModel``        the GPU (roofline per forward pass)
 ``cluster.Cluster``       SMG, the gateway, in front of N replicas (``+router``)
 ``speculative``           NGRAM/EAGLE draft-and-verify decode steps (``+speculative``)
+``tiers.TierLevels``      HiCache's host memory and storage below the device (``+tier``)
 ========================= =====================================================
 
 Each kind attaches its policy through its simulator binding
 (``compose.kinds.Kind.sim_binding``; the contract in ``binding.py``, the
 server-side kinds in ``bindings.py``, the gateway's in ``cluster_run.py``,
-speculation's in ``speculative.py``).
+speculation's in ``speculative.py``, the tiers' in ``tiers.py``).
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def build_simulator(trace: Trace, cost: IterationCost, settings: SimSettings, pa
     a part left empty behaves as stock SGLang (queue kept in arrival order, LRU
     eviction, no seam on any event: every request admitted, no adapters). The
     cache gets a host tier of ``parts.host_tier_tokens`` (the cache kind's) or
-    ``settings.host_tier_tokens`` (SGLang's own, modelled), whichever is set.
+    ``settings.host_tier_tokens`` (SGLang's own, modelled), whichever is set, or
+    a kind's levels (``parts.host_levels``), bound to the simulator's clock.
     The order is told of every finished request first, then ``parts.observers``."""
     parts = parts if parts is not None else SimParts()
     order, eviction = parts.order, parts.eviction
@@ -58,8 +60,15 @@ def build_simulator(trace: Trace, cost: IterationCost, settings: SimSettings, pa
     policy: EvictionPolicy = eviction if eviction is not None else LruPolicy()  # type: ignore[assignment]
     # NOTE: at most one is set (compose/compat.py, the cache binding's HiCache refusal)
     tier = parts.host_tier_tokens or settings.host_tier_tokens
+    built: list[Simulator] = []
+    levels = None
+    if parts.host_levels is not None:
+        # NOTE: a kind's levels replace the token-count tier (compose/compat.py refuses both)
+        unit = max(trace.block_size, 1)
+        host = parts.host_levels.bind(lambda: built[0].now, settings.capacity, cost.kv_bytes_per_token, unit)
+        levels = (parts.host_levels, host)
     cache = PrefixCache(max(trace.block_size, 1), policy, host_tier_tokens=tier,
-                        host_bandwidth_gbs=settings.host_bandwidth_gbs)
+                        host_bandwidth_gbs=settings.host_bandwidth_gbs, levels=levels)
     queue = WaitingQueue(cache, order, in_batch_threshold=settings.in_batch_threshold,
                          native_queue_limit=settings.native_queue_limit,
                          touch=settings.touch_waiting, builtin_lru=eviction is None)
@@ -67,8 +76,10 @@ def build_simulator(trace: Trace, cost: IterationCost, settings: SimSettings, pa
     # NOTE: the order's feedback first, then the others' in binding order, as the server's scheduler feeds them
     # NOTE: `is not None` first: mypy takes isinstance(Optional[Protocol], other Protocol) to be never true.
     told: list[ObservesFinished] = [order] if order is not None and isinstance(order, ObservesFinished) else []
-    return Simulator(trace, cost, settings, queue=queue, cache=cache, seams=parts.seams,
-                     observers=told + list(parts.observers))
+    sim = Simulator(trace, cost, settings, queue=queue, cache=cache, seams=parts.seams,
+                    observers=told + list(parts.observers))
+    built.append(sim)
+    return sim
 
 
 class TimelineSampler:

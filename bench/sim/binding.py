@@ -26,6 +26,7 @@ from compose.kinds import Kind, kinds, load_binding
 if TYPE_CHECKING:
     from bench.config import BenchSettings
     from bench.metrics import RequestRecord, Timeline
+    from bench.sim.cache import HostLevels
     from bench.sim.cost import CostModel
     from bench.sim.settings import SimSettings
     from bench.traces.trace import Trace
@@ -67,6 +68,9 @@ class SimParts:
     host_tier_tokens: int = 0
     """The cache kind's host tier (its host setting ``cache.host_tier_tokens``), handed
     to the cache as the server's binding hands it to the gap cache; 0 = none."""
+    host_levels: HostLevels | None = None
+    """A kind's levels below the device (host memory, SSD), bound to the simulator's
+    clock and pool when it is built (``cache.HostLevels``); ``None``: none."""
     seams: list[object] = field(default_factory=list)
     """Subscribers of the simulator's events (``events.py``: the arrival gate,
     walk filters, batch hooks, counters), in binding order; one object per

@@ -14,7 +14,9 @@ invariants). This module binds it to the simulator:
   implements), a match is a binary search over the request's blocks, and the
   cached set is prefix-closed;
 * the host tier (``cache.host_tier_tokens``) is accounting only; restoring
-  costs ``restore_s`` at ``host_bandwidth_gbs``;
+  costs ``restore_s`` at ``host_bandwidth_gbs``; a kind's levels below the
+  device (``HostLevels``: memory and SSD) bring their own tier and price
+  their own restores;
 * ``on_evict`` (a node left the tree) and ``on_insert`` (first block of a new
   leaf) tell the waiting queue which matches may have changed.
 
@@ -47,11 +49,30 @@ class _Match(Protocol):
                  split: bool = True) -> tuple[int, Node]: ...
 
 
+class HostLevels(Protocol):
+    """A kind's host tier below the device (``SimParts.host_levels``), built per simulator."""
+
+    def bind(self, clock: Callable[[], float], device_tokens: int, kv_bytes_per_token: float,
+             unit_tokens: int) -> HostTier:
+        """The tier the cache holds freed KV in, for a ``device_tokens`` pool whose tree nodes count
+        ``unit_tokens`` per key unit; ``clock``: the simulator's time."""
+        ...
+
+    def restoring(self, nodes: list[Node]) -> None:
+        """``nodes`` (held, hollow, in path order) are about to be restored to the device."""
+        ...
+
+    def take_restore_s(self) -> float:
+        """Seconds the restores since the last call take (their prefill pass waits for them)."""
+        ...
+
+
 class PrefixCache:
     """The gap tree over prefix blocks, with a block-id index (see module docs)."""
 
     def __init__(self, block_size: int, policy: EvictionPolicy, touch_waiting: bool = False,
-                 host_tier_tokens: int = 0, host_bandwidth_gbs: float = 0.0) -> None:
+                 host_tier_tokens: int = 0, host_bandwidth_gbs: float = 0.0,
+                 levels: tuple[HostLevels, HostTier] | None = None) -> None:
         self.block_size = block_size
         self.policy = policy
         self.host_bandwidth_gbs = host_bandwidth_gbs
@@ -63,7 +84,10 @@ class PrefixCache:
         """Called with each node that leaves the tree (the host re-matches its waiters)."""
         self.on_insert: Callable[[int], None] | None = None
         """Called with the first block of each new leaf."""
-        host = HostTier(host_tier_tokens) if host_tier_tokens > 0 else None
+        self.levels = levels[0] if levels is not None else None
+        """A kind's levels below the device (they price restores; ``None``: ``host_bandwidth_gbs``)."""
+        # NOTE: at most one tier: a kind's levels, or a token count (build_simulator)
+        host = levels[1] if levels is not None else HostTier(host_tier_tokens) if host_tier_tokens > 0 else None
         self.tree: GapTree[array[int], None] = GapTree(policy, self, array("q"), unit_tokens=block_size,
                                                    host=host, touch_waiting=touch_waiting)
         self.root = self.tree.root
@@ -150,17 +174,21 @@ class PrefixCache:
         the host tier instead."""
         gaps: list[tuple[int, int]] = []
         restored = 0
+        held: list[Node] = []
         for n in self.tree.path_to(node):
             if not n.hollow:
                 continue
             if n.on_host:
                 restored += n.num_tokens
+                held.append(n)
                 continue
             start = n.start * self.block_size
             if gaps and gaps[-1][0] + gaps[-1][1] == start:
                 gaps[-1] = (gaps[-1][0] + n.num_tokens, gaps[-1][1])
             else:
                 gaps.append((n.num_tokens, start))
+        if held and self.levels is not None:
+            self.levels.restoring(held)  # NOTE: before the fill drops the copies it reads
         self.tree.fill(node, restore=True)
         return gaps, restored
 
@@ -183,7 +211,10 @@ class PrefixCache:
         return self.tokens_of(lo, input_tokens)
 
     def restore_s(self, tokens: int, kv_bytes_per_token: float) -> float:
-        """Seconds to copy ``tokens`` of KV back from the host tier."""
+        """Seconds to copy ``tokens`` of KV back from the host tier (with ``levels``: what the
+        restores since the last call cost, as they priced them in ``fill_path``)."""
+        if self.levels is not None:
+            return self.levels.take_restore_s()
         return tokens * kv_bytes_per_token / (self.host_bandwidth_gbs * 1e9)
 
     # ------------------------------------------------- KeyIndex (tree hooks)

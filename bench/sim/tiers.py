@@ -10,20 +10,39 @@
   queued before it, then costs its bytes at the read bandwidth plus a fixed
   latency per read (one read per stored page, or one per contiguous segment);
   writes (backups, demotions) queue at the write bandwidth. Host memory is a
-  plain bandwidth (``PrefixCache.restore_s``).
+  plain bandwidth (``sim.host_bandwidth_gbs``).
+* ``TierLevels``: the kind's ``cache.HostLevels``: a ``TieredHost`` of
+  ``tier.host_ratio`` times the device pool in memory and ``tier.ssd_gb`` of
+  SSD, placed by the policy; a restore reads its SSD-home blocks into host
+  memory (one read per contiguous run of ``tier.segment_tokens`` of one
+  session with ``TierNeeds.segments``, else one per ``sim.ssd_page_tokens``
+  page), then copies every restored token to the device.
+* ``TierSeam``: keeps ``SessionStats`` from arrivals and finished requests,
+  and tells a policy that learns of each finished request.
+* ``BINDING``: ``+tier`` in the simulator.
 
 NOTE: nothing here reads a clock of its own: times are the simulator's ``now``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from policies.tier import Home, PlacementView, TierPolicy, check_home
+from bench.sim.binding import Scope, SimParts
+from compose.specs import build_policy
+from policies.feedback import FinishedView, ObservesFinished
+from policies.tier import Home, PlacementView, TierHostConfig, TierPolicy, check_home
+from radix.host import HostTier
 from radix.node import Node
 from radix.tiers import Placer, TieredHost
+
+if TYPE_CHECKING:
+    from bench.config import BenchSettings
+    from bench.sim.request import SimRequest
+    from compose.specs import PolicySpec
 
 
 @dataclass
@@ -102,3 +121,109 @@ class SsdDevice:
         self.busy_until = start + nbytes / self.read_bps + reads * self.read_latency_s
         self.bytes_read += nbytes
         return self.busy_until - now
+
+
+class TierLevels:
+    """Host memory and SSD below the simulated device, placed by a tier policy (see module docs)."""
+
+    def __init__(self, policy: TierPolicy, host: TierHostConfig, stats: SessionStats, ssd: SsdDevice,
+                 host_bandwidth_gbs: float, page_tokens: int) -> None:
+        if page_tokens < 1 or host_bandwidth_gbs <= 0:
+            raise ValueError("sim.ssd_page_tokens must be >= 1 and sim.host_bandwidth_gbs > 0")
+        self.policy = policy
+        self.settings = host
+        self.stats = stats
+        self.ssd = ssd
+        self.host_bps = host_bandwidth_gbs * 1e9
+        self.page_tokens = page_tokens
+        self.segments = policy.needs.segments
+        self.tier: TieredHost | None = None
+        self._clock: Callable[[], float] = lambda: 0.0
+        self._bytes_per_token = 0.0
+        self._pending_s = 0.0
+        self.ssd_reads = 0
+        """Read requests sent to the SSD."""
+        self.restored_from: dict[Home, int] = {Home.MEMORY: 0, Home.SSD: 0}
+        """Tokens restored from each level (a ``BOTH`` copy is read from memory)."""
+
+    def bind(self, clock: Callable[[], float], device_tokens: int, kv_bytes_per_token: float,
+             unit_tokens: int) -> HostTier:
+        self._clock, self._bytes_per_token = clock, kv_bytes_per_token
+        memory = int(self.settings.host_ratio * device_tokens)
+        ssd = int(self.settings.ssd_gb * 1e9 // kv_bytes_per_token)
+        placer = make_placer(self.policy, self.stats, clock, unit_tokens)
+        self.tier = TieredHost(memory, ssd, placer, demote=self.policy.needs.demote)
+        self.tier.on_ssd = self._written
+        return self.tier
+
+    def restoring(self, nodes: list[Node[Any, Any]]) -> None:
+        assert self.tier is not None
+        ssd_tokens, reads, run, run_session = 0, 0, 0, None
+        for n in nodes:
+            level = self.tier.level_of(n)
+            if level is not Home.SSD:
+                self.restored_from[Home.MEMORY] += n.num_tokens
+                run = 0
+                continue
+            ssd_tokens += n.num_tokens
+            if not self.segments:
+                reads += math.ceil(n.num_tokens / self.page_tokens)
+            elif run and n.session == run_session:
+                # NOTE: a session's SSD blocks are stored contiguously: a path continues its segment
+                reads += math.ceil((run + n.num_tokens) / self.settings.segment_tokens) \
+                    - math.ceil(run / self.settings.segment_tokens)
+                run += n.num_tokens
+            else:
+                reads += math.ceil(n.num_tokens / self.settings.segment_tokens)
+                run, run_session = n.num_tokens, n.session
+        self.restored_from[Home.SSD] += ssd_tokens
+        total = sum(n.num_tokens for n in nodes)
+        wait = self.ssd.read(self._clock(), ssd_tokens * self._bytes_per_token, reads) if ssd_tokens else 0.0
+        self.ssd_reads += reads
+        self._pending_s += wait + total * self._bytes_per_token / self.host_bps
+
+    def take_restore_s(self) -> float:
+        pending, self._pending_s = self._pending_s, 0.0
+        return pending
+
+    def _written(self, node: Node[Any, Any]) -> None:
+        self.ssd.write(self._clock(), node.num_tokens * self._bytes_per_token)
+
+
+class TierSeam:
+    """Session facts for placements, from arrivals (``TagsArrival``) and finished requests."""
+
+    def __init__(self, stats: SessionStats, policy: TierPolicy) -> None:
+        self.stats = stats
+        self.learns = policy if isinstance(policy, ObservesFinished) else None
+
+    def tag(self, r: SimRequest) -> None:
+        self.stats.arrived(r.trace.session_id, r.input_len)
+
+    def observe_finished(self, view: FinishedView) -> None:
+        if not view.aborted:
+            self.stats.finished(view.session_id, view.num_input_tokens, view.num_output_tokens)
+        if self.learns is not None:
+            self.learns.observe_finished(view)
+
+
+class _TierBinding:
+    """``+tier``: the levels below the device (``tier.*``), placed by the option."""
+
+    scope = Scope.replica
+    counters: tuple[str, ...] = ()
+
+    def attach(self, spec: PolicySpec, settings: BenchSettings, parts: SimParts) -> None:
+        policy: TierPolicy = build_policy(spec)
+        host: TierHostConfig = spec.host_settings()
+        # NOTE: an option needing SSD without one is refused before (compose/compat.py)
+        sim = settings.sim
+        stats = SessionStats()
+        ssd = SsdDevice(sim.ssd_read_gbs, sim.ssd_write_gbs, sim.ssd_read_latency_s)
+        parts.host_levels = TierLevels(policy, host, stats, ssd, sim.host_bandwidth_gbs, sim.ssd_page_tokens)
+        seam = TierSeam(stats, policy)
+        parts.seams.append(seam)
+        parts.observers.append(seam)
+
+
+BINDING = _TierBinding()

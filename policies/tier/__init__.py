@@ -94,8 +94,11 @@ class TierNeeds:
     NOTE: the one place a host learns a policy's optional needs."""
 
     ssd: bool = True
-    """The policy places blocks on SSD: the host must have an SSD level
-    (``tier.ssd_dir``); ``False``: host memory only."""
+    """The policy needs an SSD level (``tier.ssd_dir``); ``False``: it runs on host
+    memory alone (and uses an SSD level the host has)."""
+    memory: bool = True
+    """The policy homes blocks in host memory; ``False``: every block's home is SSD
+    and host memory only stages reads and writes (SGLang's ``buffer_only``)."""
     demote: bool = False
     """A ``MEMORY`` block evicted from host memory is written to SSD instead of
     dropped (an exclusive two-level hierarchy)."""
@@ -116,6 +119,45 @@ class TierPolicy(Protocol):
     def place(self, view: PlacementView) -> Home:
         """The block's home (see the module docs)."""
         ...
+
+
+@dataclass(frozen=True)
+class TierHostConfig:
+    """Host settings under ``tier.*``: the deployment's levels, not the placement.
+
+    NOTE: both hosts read them from ``PolicySpec.host``, never from the policy;
+    the server checks the directory and the sizes against the machine at startup."""
+
+    host_ratio: float = 2.0
+    """Host-memory tokens per device-pool token (SGLang's ``--hicache-ratio``; its
+    default 2.0). The simulator's host level holds ``host_ratio`` times its device pool."""
+    ssd_dir: str = ""
+    """Directory of the SSD level (SGLang's file storage writes its pages there);
+    empty: no SSD level, which an option that places blocks on SSD refuses."""
+    ssd_gb: float = 0.0
+    """Size of the SSD level in GB (1e9 bytes): the server's storage drops its
+    least recently used pages past it; the simulator's SSD holds this many bytes
+    of KV. Must be > 0 with an SSD level, and fit the free space of ``ssd_dir``."""
+    segment_tokens: int = 4096
+    """With an option that stores sessions contiguously (``TierNeeds.segments``):
+    tokens per segment read, one request to the SSD for a run of that many
+    tokens of one session (without segments, a read per stored page)."""
+
+    def __post_init__(self) -> None:
+        if not self.host_ratio > 0:
+            raise ValueError(f"host_ratio: must be > 0, got {self.host_ratio}")
+        if self.ssd_gb < 0:
+            raise ValueError(f"ssd_gb: must be >= 0, got {self.ssd_gb}")
+        if bool(self.ssd_dir) != (self.ssd_gb > 0):
+            raise ValueError("ssd_dir: an SSD level needs both ssd_dir and ssd_gb > 0 "
+                             f"(got ssd_dir={self.ssd_dir!r}, ssd_gb={self.ssd_gb})")
+        if self.segment_tokens < 1:
+            raise ValueError(f"segment_tokens: must be >= 1, got {self.segment_tokens}")
+
+    @property
+    def has_ssd(self) -> bool:
+        """Whether the deployment has an SSD level."""
+        return self.ssd_gb > 0
 
 
 def check_home(home: Home, view: PlacementView) -> Home:

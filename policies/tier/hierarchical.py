@@ -15,7 +15,7 @@ from policies.tier import Home, PlacementView, TierNeeds
 class HierarchicalPolicy:
     """Memory and SSD both, for every block (SGLang's ``--hicache-host-memory-mode cache``)."""
 
-    needs: ClassVar[TierNeeds] = TierNeeds(ssd=True)
+    needs: ClassVar[TierNeeds] = TierNeeds(ssd=False)
 
     def place(self, view: PlacementView) -> Home:
         return Home.BOTH if view.ssd_capacity_tokens else Home.MEMORY

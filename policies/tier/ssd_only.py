@@ -13,7 +13,7 @@ from policies.tier import Home, PlacementView, TierNeeds
 class SsdOnlyPolicy:
     """Every block on SSD (SGLang's ``--hicache-host-memory-mode buffer_only``)."""
 
-    needs: ClassVar[TierNeeds] = TierNeeds(ssd=True)
+    needs: ClassVar[TierNeeds] = TierNeeds(ssd=True, memory=False)
 
     def place(self, view: PlacementView) -> Home:
         return Home.SSD

@@ -98,7 +98,8 @@ TIER_REFUSED = {o for o in group_options("cache") if o != "penelope"}
 def test_one_host_tier_rule_refused_by_both_hosts():
     from compose.compat import HOST_RULES
 
-    assert [r.name for r in HOST_RULES] == ["host-tier-needs-gaps", "gaps-refuse-sglang-tier", "draft-above-host-max"]
+    assert [r.name for r in HOST_RULES] == ["host-tier-needs-gaps", "gaps-refuse-sglang-tier", "tier-needs-ssd",
+                                            "tier-owns-sglang-tier", "draft-above-host-max"]
     tier = "++cache.host_tier_tokens=1000"
     for option in group_options("cache"):
         server, sim = f"+cache={option}", f"+cache={option}"
@@ -114,6 +115,33 @@ def test_one_host_tier_rule_refused_by_both_hosts():
             assert resolve_bench(compose_bench([sim, tier])).policies["cache"].host_settings().host_tier_tokens == 1000
     # SGLang's own host tier: the server's flag, the simulator's model of it
     assert resolve_bench(compose_bench(["+cache=lru", "sim.hicache_tokens=1000"])).sim.hicache_tokens == 1000
+
+
+#: The tier kind's rules: (server overrides, simulator overrides, reason).
+TIER_CASES = [
+    (["+tier=ssd_only"], ["+tier=ssd_only"],
+     r"\+tier \(.*SsdOnlyPolicy\) places blocks on SSD: set tier.ssd_dir and tier.ssd_gb"),
+    (["+tier=hierarchical", "sglang.enable_hierarchical_cache=true"], ["+tier=hierarchical", "sim.hicache_tokens=100"],
+     r"sets SGLang's own host tier up itself .*: remove (sglang.enable_hierarchical_cache=true|sim.hicache_tokens)"),
+    (["+tier=hierarchical", "+cache=penelope"], ["+tier=hierarchical", "+cache=penelope"],
+     r"\+tier \(.*HierarchicalPolicy\) runs on SGLang's hierarchical cache.*\+cache \(.*PenelopePolicy\) frees "
+     r"history from the front in Switchboard's gap cache"),
+]
+
+
+@pytest.mark.parametrize("server, sim, reason", TIER_CASES, ids=["no-ssd", "two-host-tiers", "beside-gaps"])
+def test_the_tier_rules_are_refused_by_both_hosts(server, sim, reason):
+    from compose.compat import CONFLICTS
+
+    assert [c.name for c in CONFLICTS] == ["tier-beside-gaps"]
+    with pytest.raises(ConfigError, match=reason):
+        sglang_fields(resolve(compose(["server.device=cpu", *server])))
+    with pytest.raises(ConfigError, match=reason):
+        resolve_bench(compose_bench(sim))
+    # a tail-first +cache composes with +tier on both hosts
+    assert sglang_fields(resolve(compose(["server.device=cpu", "+tier=hierarchical", "+cache=lru"])))[
+        "enable_hierarchical_cache"] is True
+    resolve_bench(compose_bench(["+tier=hierarchical", "+cache=lru"]))
 
 
 @pytest.mark.parametrize("over", [["+speculative=static", "speculative.draft_tokens=6"],

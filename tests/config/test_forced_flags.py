@@ -20,18 +20,25 @@ from server.sglang.launch.args import controls, forced_flags, launch_fields
 from server.sglang.launch.binding import ForcedFlag, LaunchFields
 
 #: Fields the CPU device sets for stock and every option alike (``args.launch_fields``).
-DEVICE_DEFAULTS = {"cuda_graph_backend_decode", "cuda_graph_backend_prefill", "max_mamba_cache_size"}
+DEVICE_DEFAULTS = {"cuda_graph_backend_decode", "cuda_graph_backend_prefill", "max_mamba_cache_size",
+                   "hicache_io_backend", "hicache_mem_layout"}
 
 #: What an option needs besides itself to compose (a diffusion LM, adapter slots).
 EXTRA = {
     ("policy", "dwise"): ["model=sdar_tiny"],
     ("adapters", "lora"): ["adapters.max_rank=8", "adapters.target_modules=[q_proj,v_proj]"],
     ("adapters", "scute"): ["adapters.max_rank=8", "adapters.target_modules=[q_proj,v_proj]"],
+    **{("tier", o): ["tier.ssd_dir=/tmp/switchboard-test-ssd", "tier.ssd_gb=0.001"]
+       for o in ("ssd_only", "exclusive", "flatcake")},
 }
+
+#: Options the server refuses until what they need is served (each test below says why).
+NOT_SERVED = {("tier", "exclusive"), ("tier", "flatcake")}
 
 
 def _options() -> list[tuple[str, str]]:
-    return [(g.name, o.name) for g in groups(CONFIG_NAME) if g.kind for o in g.options]
+    return [(g.name, o.name) for g in groups(CONFIG_NAME) if g.kind for o in g.options
+            if (g.name, o.name) not in NOT_SERVED]
 
 
 def _plan(*overrides: str) -> LaunchPlan:
@@ -52,6 +59,12 @@ def test_every_field_an_option_sets_is_listed_with_its_reason(group, option):
     for forced in built.forced:
         assert forced.flag.why and forced.option.startswith(f"+{group} ")
         assert f"sglang.{forced.flag.field}=" in forced.line()
+
+
+@pytest.mark.parametrize(("group", "option"), sorted(NOT_SERVED))
+def test_an_option_the_server_cannot_carry_yet_is_refused_naming_what_is_missing(group, option):
+    with pytest.raises(ConfigError, match=r"SGLang's stock HiCache modes cannot carry.*session segment storage"):
+        launch_fields(_plan(f"+{group}={option}", *EXTRA[(group, option)]))
 
 
 def test_a_device_default_yields_to_an_options_need():
@@ -107,6 +120,6 @@ def test_the_simulator_turns_the_overlap_scheduler_off_where_the_server_does(gro
     extra = EXTRA.get((group, option), [])
     server_off = any(f.flag.field == "disable_overlap_schedule" and f.flag.value is True
                      for f in forced_flags(_plan(f"+{group}={option}", *extra)))
-    sim_extra = ["sim.dllm.enabled=true"] if "model=sdar_tiny" in extra else [e for e in extra if e.startswith("+")]
+    sim_extra = ["sim.dllm.enabled=true"] if "model=sdar_tiny" in extra else [e for e in extra if e.startswith(("+", "tier."))]
     settings = resolve_bench(compose_bench([f"+{group}={option}", *sim_extra]))
     assert bool(sim_parts(settings, Scope.replica).overlap_off) == server_off

@@ -1,0 +1,114 @@
+"""Server binding of the tier kind (``+tier``): SGLang's hierarchical cache (HiCache).
+
+Launch: HiCache with a host level of ``tier.host_ratio`` times the device
+pool and, with an SSD level (``tier.ssd_dir``, ``tier.ssd_gb``), SGLang's file
+storage there, bounded to ``ssd_gb`` (its least recently used pages dropped
+past it). An option's needs pick SGLang's host mode: blocks in memory and on
+SSD (``cache``: storage a superset of memory) or on SSD only (``buffer_only``:
+memory stages reads and writes). On CPU the launcher adds the io backend and
+layout the CPU path serves and the plugin installs it
+(``server/sglang/hicache/cpu.py``), as for a user's own HiCache flag.
+
+Refused at startup, naming the field: an option that needs an SSD level
+without one; an SSD directory that cannot be created or written, or whose
+filesystem lacks ``ssd_gb`` free; SGLang's storage-directory variable pointing
+elsewhere; and an option whose placement SGLang's stock modes cannot carry
+(blocks moved between levels, per-session segments): those run in the
+simulator until the session segment storage serves them.
+
+NOTE: with the stock modes the policy's placement *is* SGLang's (memory and
+SSD for every block, or SSD for every block): install builds it (checked like
+any option's) and adds no hook.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from typing import TYPE_CHECKING
+
+from compose.config import ConfigError
+from compose.specs import build_policy
+from policies.tier import TierHostConfig, TierNeeds
+from server.sglang.launch.binding import ForcedFlag, LaunchFields, SchedulerParts
+from server.sglang.launch.symbols import HookedSymbol
+
+if TYPE_CHECKING:
+    from compose.specs import PolicySpec
+    from server.resolve import LaunchPlan
+
+#: SGLang's variable that overrides the file storage's directory (``HiCacheFile``).
+STORAGE_DIR_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"
+
+
+def check_ssd_dir(host: TierHostConfig) -> None:
+    """``ConfigError`` naming ``tier.ssd_dir``/``tier.ssd_gb`` unless the SSD level's directory
+    can be created and written and its filesystem has ``ssd_gb`` free (no SSD level: nothing)."""
+    if not host.has_ssd:
+        return
+    path = os.path.abspath(host.ssd_dir)
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".switchboard-probe-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"invalid value for 'tier.ssd_dir': {path} cannot be written "
+                          f"({exc.strerror or exc})") from None
+    free = shutil.disk_usage(path).free
+    if host.ssd_gb * 1e9 > free:
+        raise ConfigError(f"invalid value for 'tier.ssd_gb': {host.ssd_gb} GB does not fit {path} "
+                          f"({free / 1e9:.2f} GB free)")
+    env = os.environ.get(STORAGE_DIR_ENV)
+    if env and os.path.abspath(env) != path:
+        raise ConfigError(f"{STORAGE_DIR_ENV}={env} would override tier.ssd_dir={path} in SGLang's file "
+                          f"storage: unset it or set tier.ssd_dir to it")
+
+
+def _stock_mode(needs: TierNeeds, option: str) -> None:
+    """``ConfigError`` unless SGLang's stock host modes carry the option's placement."""
+    if needs.demote or needs.segments:
+        what = "moves blocks from memory to SSD" if needs.demote else "stores each session's blocks contiguously"
+        raise ConfigError(f"+tier ({option}) {what}, which SGLang's stock HiCache modes cannot carry and the "
+                          "session segment storage does not serve yet; run it in the simulator "
+                          "(python -m bench ... +tier=...), or use +tier=hierarchical or +tier=ssd_only")
+
+
+class TierBinding:
+    """``+tier``: SGLang's HiCache, sized and placed per the option (see module docs)."""
+
+    symbols: tuple[HookedSymbol, ...] = ()
+    """HiCache's CPU rows are core rows (``hicache/symbols.py``): a user's own flag needs them too."""
+
+    def launch(self, spec: PolicySpec, launch: LaunchFields) -> list[ForcedFlag]:
+        host: TierHostConfig = spec.host_settings()
+        needs: TierNeeds = spec.needs_of()
+        option = spec.target.rsplit(".", 1)[-1]
+        _stock_mode(needs, option)
+        # NOTE: an option needing SSD without one is refused before (compose/compat.py)
+        check_ssd_dir(host)
+        flags = [ForcedFlag("enable_hierarchical_cache", True, "the tier is SGLang's HiCache", control=False),
+                 ForcedFlag("hicache_ratio", host.host_ratio, "tier.host_ratio (host tokens per device token)",
+                            control=False)]
+        if not host.has_ssd:
+            return flags
+        config = {"file_storage_path": os.path.abspath(host.ssd_dir), "max_size": int(host.ssd_gb * 1e9)}
+        flags += [ForcedFlag("hicache_storage_backend", "file", "the SSD level is SGLang's file storage",
+                             control=False),
+                  ForcedFlag("hicache_storage_backend_extra_config", json.dumps(config, sort_keys=True),
+                             "tier.ssd_dir and tier.ssd_gb (bytes)", control=False)]
+        if not needs.memory:
+            flags.append(ForcedFlag("hicache_host_memory_mode", "buffer_only",
+                                    "every block's home is SSD: host memory only stages", control=False))
+        return flags
+
+    def install(self, spec: PolicySpec, plan: LaunchPlan, parts: SchedulerParts) -> None:
+        build_policy(spec)  # NOTE: checked like any option's; SGLang's stock mode places (module docs)
+        parts.installed.append(f"tier={spec.target}")
+
+    def extend_cli(self) -> None:
+        pass
+
+
+BINDING = TierBinding()

@@ -1,0 +1,59 @@
+"""``+tier=ssd_only`` live on the CPU server: SSD the only level below the device (SGLang's ``buffer_only``).
+
+One server with a small device pool (1,024 tokens) and an SSD level in a
+temporary directory (``tier.ssd_dir``, ``tier.ssd_gb``). A prompt's KV pushed
+out of the device pool must come back from storage, never from host memory
+(memory only stages), with the answer equal to the first token for token
+(float32, greedy); the storage directory must stay within ``tier.ssd_gb``.
+``+tier=hierarchical`` sets the flags of ``test_server_hicache.py``'s server
+(``tests/config/test_tier_binding.py``).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from bench.live import tiers
+
+pytestmark = pytest.mark.server
+
+DEVICE_TOKENS = 1024
+PROMPT_WORDS = 300
+SSD_GB = 1.0
+
+
+@pytest.fixture(scope="module")
+def ssd_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("tier") / "ssd"
+
+
+@pytest.fixture(scope="module")
+def server(start_server, ssd_dir):
+    server = start_server("model.dtype=float32", "+tier=ssd_only", f"tier.ssd_dir={ssd_dir}", f"tier.ssd_gb={SSD_GB}",
+                          f"sglang.max_total_tokens={DEVICE_TOKENS}", "sglang.enable_cache_report=true")
+    yield server
+    server.stop()
+
+
+def test_a_pushed_out_prefix_comes_back_from_ssd_only_and_exactly(server, ssd_dir):
+    url, rng = server.base_url, random.Random(7)
+    prompt = tiers.fresh_text(rng, PROMPT_WORDS)
+    first = tiers.generate(url, prompt)
+    n = int(first["meta_info"]["prompt_tokens"])
+    assert first["meta_info"]["cached_tokens"] == 0 and n > 300
+
+    tiers.push_out(url, rng, DEVICE_TOKENS, PROMPT_WORDS)
+    repeat = tiers.generate(url, prompt)
+    came = tiers.tiers(repeat)
+    assert came["storage"] >= n - 16 and came["host"] == 0, came
+    assert repeat["text"] == first["text"]
+
+    # pushed past the host staging area too: still from storage
+    tiers.push_out(url, rng, 3 * DEVICE_TOKENS, PROMPT_WORDS)
+    again = tiers.generate(url, prompt)
+    assert tiers.tiers(again)["storage"] >= n - 16 and again["text"] == first["text"]
+
+    stored = sum(p.stat().st_size for p in ssd_dir.rglob("*") if p.is_file())
+    assert 0 < stored <= SSD_GB * 1e9
