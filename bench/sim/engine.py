@@ -30,7 +30,9 @@ reused as it is. ``cached_first`` counts reused and restored tokens only; the
 recomputed gap is in ``prefill_tokens``. Counters (run meta):
 ``gap_recomputed_tokens``, ``restored_tokens``, and for every policy
 ``evicted_recomputed_tokens`` (prompt tokens the cache held once but not at
-admission, prefilled again).
+admission, prefilled again) and ``reusable_tokens`` (prompt tokens the cache
+had held once, at admission: what an unbounded cache would reuse; the share
+read back from any tier is ``1 - evicted_recomputed / reusable``).
 
 ``NOTE`` (checked by ``check``): ``cache.tree_tokens + private_tokens <=
 capacity`` at all times, and ``private_tokens`` is the sum over requests.
@@ -117,6 +119,7 @@ class Simulator:
         self.gap_recomputed_tokens = 0
         self.restored_tokens = 0
         self.evicted_recomputed_tokens = 0
+        self.reusable_tokens = 0
         self.on_final = on_final
         self.observers = list(observers)
         """Policies told about every request that leaves (``ObservesFinished``)."""
@@ -304,6 +307,7 @@ class Simulator:
                 r.cached_first = reused
             seen = min(self.cache.seen_tokens(r.blocks, r.input_len), r.fill_len - 1)
             self.evicted_recomputed_tokens += max(0, seen - reused)
+            self.reusable_tokens += seen
         if not still_chunked:
             self.chunked = None
         if adder.new_chunked is not None:

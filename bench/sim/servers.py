@@ -80,6 +80,7 @@ def _autoregressive_server(settings: BenchSettings, trace: Trace, cost: CostMode
         "decode_steps": sim.running.step, "simulated_s": sim.now,
         "evicted_tokens": sim.cache.num_evicted_tokens,
         "evicted_recomputed_tokens": sim.evicted_recomputed_tokens,
+        "reusable_tokens": sim.reusable_tokens,
         "gap_recomputed_tokens": sim.gap_recomputed_tokens,
         # NOTE: every kind's counters, 0 where it is not chosen (SimBinding.counters)
         **dict.fromkeys(counter_names(), 0), **sim.counters(),

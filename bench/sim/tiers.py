@@ -143,6 +143,8 @@ class TierLevels:
         self._pending_s = 0.0
         self.ssd_reads = 0
         """Read requests sent to the SSD."""
+        self.ssd_written_tokens = 0
+        """Tokens written to the SSD (placed there, or demoted)."""
         self.restored_from: dict[Home, int] = {Home.MEMORY: 0, Home.SSD: 0}
         """Tokens restored from each level (a ``BOTH`` copy is read from memory)."""
 
@@ -187,15 +189,32 @@ class TierLevels:
         return pending
 
     def _written(self, node: Node[Any, Any]) -> None:
+        self.ssd_written_tokens += node.num_tokens
         self.ssd.write(self._clock(), node.num_tokens * self._bytes_per_token)
 
 
-class TierSeam:
-    """Session facts for placements, from arrivals (``TagsArrival``) and finished requests."""
+#: The tier's counters in every run's meta (``SimBinding.counters``).
+RESTORED_MEMORY = "tier_restored_memory_tokens"
+RESTORED_SSD = "tier_restored_ssd_tokens"
+SSD_READS = "tier_ssd_reads"
+SSD_WRITTEN = "tier_ssd_written_tokens"
 
-    def __init__(self, stats: SessionStats, policy: TierPolicy) -> None:
+
+class TierSeam:
+    """Session facts for placements, from arrivals (``TagsArrival``) and finished requests;
+    the levels' counters (``CountsWork``)."""
+
+    def __init__(self, stats: SessionStats, policy: TierPolicy, levels: TierLevels | None = None) -> None:
         self.stats = stats
         self.learns = policy if isinstance(policy, ObservesFinished) else None
+        self.levels = levels
+
+    def counters(self) -> dict[str, int]:
+        lv = self.levels
+        if lv is None:
+            return {}
+        return {RESTORED_MEMORY: lv.restored_from[Home.MEMORY], RESTORED_SSD: lv.restored_from[Home.SSD],
+                SSD_READS: lv.ssd_reads, SSD_WRITTEN: lv.ssd_written_tokens}
 
     def tag(self, r: SimRequest) -> None:
         self.stats.arrived(r.trace.session_id, r.input_len)
@@ -211,7 +230,7 @@ class _TierBinding:
     """``+tier``: the levels below the device (``tier.*``), placed by the option."""
 
     scope = Scope.replica
-    counters: tuple[str, ...] = ()
+    counters = (RESTORED_MEMORY, RESTORED_SSD, SSD_READS, SSD_WRITTEN)
 
     def attach(self, spec: PolicySpec, settings: BenchSettings, parts: SimParts) -> None:
         policy: TierPolicy = build_policy(spec)
@@ -220,8 +239,9 @@ class _TierBinding:
         sim = settings.sim
         stats = SessionStats()
         ssd = SsdDevice(sim.ssd_read_gbs, sim.ssd_write_gbs, sim.ssd_read_latency_s)
-        parts.host_levels = TierLevels(policy, host, stats, ssd, sim.host_bandwidth_gbs, sim.ssd_page_tokens)
-        seam = TierSeam(stats, policy)
+        levels = TierLevels(policy, host, stats, ssd, sim.host_bandwidth_gbs, sim.ssd_page_tokens)
+        parts.host_levels = levels
+        seam = TierSeam(stats, policy, levels)
         parts.seams.append(seam)
         parts.observers.append(seam)
 

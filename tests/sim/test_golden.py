@@ -45,6 +45,8 @@ CONFIGS: dict[str, tuple[str, ...]] = {
     "leap": (*AZURE, "trace.time_scale=0.25", "+policy=leap", "policy.feature_dim=1",
              "sim.length_signal_log_std=0.5521", "sim.length_signal_log_mean=-0.1017"),
     "penelope": (*CLAUDE, "sim.max_total_tokens=300000", "+cache=penelope"),
+    "flatcake": (*CLAUDE, "sim.max_total_tokens=100000", "+tier=flatcake", "tier.host_ratio=1",
+                 "tier.ssd_dir=/ssd", "tier.ssd_gb=40"),
     "basin": (*MOONCAKE, "trace.time_scale=0.25", "sim.max_total_tokens=200000", "+admission=basin"),
     "scute": (*AZURE, "+adapters=scute", "sim.adapters_count=12", "adapters.max_per_batch=4"),
     "router": (*MOONCAKE, "+router=cache_aware", "sim.replicas=3"),
@@ -54,14 +56,15 @@ CONFIGS: dict[str, tuple[str, ...]] = {
 
 #: name -> the digest of its run at the commit that last meant to change it.
 GOLDEN: dict[str, str] = {
-    "basin": "b96bfb4caba12880",
-    "default": "79625200c0223bbc",
+    "basin": "26ede171fce6bd86",
+    "default": "3e865787151124ec",
     "dwise": "1b54ea31d1d60b85",
-    "fairway": "7c220d01a4965bbe",
-    "leap": "02c6d148c03a235c",
-    "penelope": "83ed70663719b524",
+    "fairway": "6897a0fac9ff8bfe",
+    "flatcake": "9d8d14c72a89dc81",
+    "leap": "caee0e7087485520",
+    "penelope": "e464be6cced2e45b",
     "router": "d53fc0bb0a0c7509",
-    "scute": "b2abaa3691763415",
+    "scute": "ff6db46c10378bf0",
     "stock_dllm": "4382b9c077f43af2",
 }
 
