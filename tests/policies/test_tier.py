@@ -63,7 +63,7 @@ def test_flatcake_keeps_shared_prefixes_and_short_exchanges_in_memory_while_it_h
 
 
 def test_flatcake_chooses_a_sessions_home_once():
-    policy = FlatCakePolicy()
+    policy = FlatCakePolicy(ssd_session_tokens=32768)
     # a small session (prior: 4x its context) starts in memory and stays there when memory fills
     assert policy.place(block("chat", session_tokens=2000)) is Home.MEMORY
     assert policy.place(block("chat", prefix=64, session_tokens=2000, host_free=0, now=1)) is Home.MEMORY

@@ -60,7 +60,7 @@ GOLDEN: dict[str, str] = {
     "default": "3e865787151124ec",
     "dwise": "1b54ea31d1d60b85",
     "fairway": "6897a0fac9ff8bfe",
-    "flatcake": "9d8d14c72a89dc81",
+    "flatcake": "e5864520197e1aa6",
     "leap": "caee0e7087485520",
     "penelope": "e464be6cced2e45b",
     "router": "d53fc0bb0a0c7509",
