@@ -121,6 +121,10 @@ class TierPolicy(Protocol):
         ...
 
 
+#: The server's SSD stores (``TierHostConfig.storage``).
+STORAGES = ("file", "segments")
+
+
 @dataclass(frozen=True)
 class TierHostConfig:
     """Host settings under ``tier.*``: the deployment's levels, not the placement.
@@ -139,9 +143,14 @@ class TierHostConfig:
     least recently used pages past it; the simulator's SSD holds this many bytes
     of KV. Must be > 0 with an SSD level, and fit the free space of ``ssd_dir``."""
     segment_tokens: int = 4096
-    """With an option that stores sessions contiguously (``TierNeeds.segments``):
-    tokens per segment read, one request to the SSD for a run of that many
-    tokens of one session (without segments, a read per stored page)."""
+    """Tokens per segment: with ``storage=segments`` the server closes a segment file
+    at this many tokens; the simulator reads an option that stores sessions
+    contiguously (``TierNeeds.segments``) one segment per request to the SSD
+    (without segments, a read per stored page)."""
+    storage: str = "file"
+    """The server's SSD store: ``file`` (SGLang's file storage: a file per page,
+    unchecked) or ``segments`` (Switchboard's: a write batch's pages contiguous in
+    append-only segments, each page checked on read, a damaged page a miss)."""
 
     def __post_init__(self) -> None:
         if not self.host_ratio > 0:
@@ -153,6 +162,8 @@ class TierHostConfig:
                              f"(got ssd_dir={self.ssd_dir!r}, ssd_gb={self.ssd_gb})")
         if self.segment_tokens < 1:
             raise ValueError(f"segment_tokens: must be >= 1, got {self.segment_tokens}")
+        if self.storage not in STORAGES:
+            raise ValueError(f"storage: must be one of {', '.join(STORAGES)}, got {self.storage!r}")
 
     @property
     def has_ssd(self) -> bool:

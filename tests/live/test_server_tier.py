@@ -1,12 +1,16 @@
-"""``+tier=ssd_only`` live on the CPU server: SSD the only level below the device (SGLang's ``buffer_only``).
+"""``+tier=ssd_only`` live on the CPU server: SSD the only level below the device (SGLang's
+``buffer_only``), in Switchboard's checked segment storage (``tier.storage=segments``).
 
 One server with a small device pool (1,024 tokens) and an SSD level in a
 temporary directory (``tier.ssd_dir``, ``tier.ssd_gb``). A prompt's KV pushed
 out of the device pool must come back from storage, never from host memory
 (memory only stages), with the answer equal to the first token for token
 (float32, greedy); the storage directory must stay within ``tier.ssd_gb``.
-``+tier=hierarchical`` sets the flags of ``test_server_hicache.py``'s server
-(``tests/config/test_tier_binding.py``).
+Then every stored segment is damaged: the repeat must read nothing from
+storage, recompute, answer exactly the same, and the server must count the
+damaged pages (``switchboard_tier_corrupt_pages``). ``+tier=hierarchical``
+with SGLang's file storage sets the flags of ``test_server_hicache.py``'s
+server (``tests/config/test_tier_binding.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import random
 import pytest
 
 from bench.live import tiers
+from bench.live.chat import metric_total
 
 pytestmark = pytest.mark.server
 
@@ -32,12 +37,13 @@ def ssd_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(start_server, ssd_dir):
     server = start_server("model.dtype=float32", "+tier=ssd_only", f"tier.ssd_dir={ssd_dir}", f"tier.ssd_gb={SSD_GB}",
-                          f"sglang.max_total_tokens={DEVICE_TOKENS}", "sglang.enable_cache_report=true")
+                          "tier.storage=segments", f"sglang.max_total_tokens={DEVICE_TOKENS}",
+                          "sglang.enable_cache_report=true")
     yield server
     server.stop()
 
 
-def test_a_pushed_out_prefix_comes_back_from_ssd_only_and_exactly(server, ssd_dir):
+def test_a_pushed_out_prefix_comes_back_from_ssd_only_exactly_and_damage_costs_a_miss(server, ssd_dir):
     url, rng = server.base_url, random.Random(7)
     prompt = tiers.fresh_text(rng, PROMPT_WORDS)
     first = tiers.generate(url, prompt)
@@ -55,5 +61,16 @@ def test_a_pushed_out_prefix_comes_back_from_ssd_only_and_exactly(server, ssd_di
     again = tiers.generate(url, prompt)
     assert tiers.tiers(again)["storage"] >= n - 16 and again["text"] == first["text"]
 
-    stored = sum(p.stat().st_size for p in ssd_dir.rglob("*") if p.is_file())
-    assert 0 < stored <= SSD_GB * 1e9
+    segments = [p for p in ssd_dir.rglob("*.seg") if p.is_file()]
+    assert segments and 0 < sum(p.stat().st_size for p in segments) <= SSD_GB * 1e9
+
+    # every stored page damaged: a miss, recomputed, the same answer, and counted
+    for path in segments:
+        size = path.stat().st_size
+        with open(path, "r+b") as f:
+            for at in range(0, size, 1 << 20):
+                f.write(b"\x5a" * min(1 << 20, size - at))
+    tiers.push_out(url, rng, DEVICE_TOKENS, PROMPT_WORDS)
+    damaged = tiers.generate(url, prompt)
+    assert tiers.tiers(damaged)["storage"] == 0 and damaged["text"] == first["text"], tiers.tiers(damaged)
+    assert metric_total(url, "switchboard_tier_corrupt_pages_total") >= 1

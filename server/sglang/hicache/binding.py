@@ -3,7 +3,8 @@
 Launch: HiCache with a host level of ``tier.host_ratio`` times the device
 pool and, with an SSD level (``tier.ssd_dir``, ``tier.ssd_gb``), SGLang's file
 storage there, bounded to ``ssd_gb`` (its least recently used pages dropped
-past it). An option's needs pick SGLang's host mode: blocks in memory and on
+past it), or with ``tier.storage=segments`` Switchboard's checked segment
+storage (``segment_backend.py``, through SGLang's ``dynamic`` backend). An option's needs pick SGLang's host mode: blocks in memory and on
 SSD (``cache``: storage a superset of memory) or on SSD only (``buffer_only``:
 memory stages reads and writes). On CPU the launcher adds the io backend and
 layout the CPU path serves and the plugin installs it
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING
 from compose.config import ConfigError
 from compose.specs import build_policy
 from policies.tier import TierHostConfig, TierNeeds
+from server.sglang.hicache.tier_symbols import TIER_SYMBOLS
 from server.sglang.launch.binding import ForcedFlag, LaunchFields, SchedulerParts
 from server.sglang.launch.symbols import HookedSymbol
 
@@ -41,6 +43,9 @@ if TYPE_CHECKING:
 
 #: SGLang's variable that overrides the file storage's directory (``HiCacheFile``).
 STORAGE_DIR_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"
+#: What SGLang's ``dynamic`` storage backend needs to build the segment storage.
+SEGMENTS = {"backend_name": "switchboard_segments", "module_path": "server.sglang.hicache.segment_backend",
+            "class_name": "SegmentStorage"}
 
 
 def check_ssd_dir(host: TierHostConfig) -> None:
@@ -61,7 +66,7 @@ def check_ssd_dir(host: TierHostConfig) -> None:
         raise ConfigError(f"invalid value for 'tier.ssd_gb': {host.ssd_gb} GB does not fit {path} "
                           f"({free / 1e9:.2f} GB free)")
     env = os.environ.get(STORAGE_DIR_ENV)
-    if env and os.path.abspath(env) != path:
+    if env and host.storage == "file" and os.path.abspath(env) != path:
         raise ConfigError(f"{STORAGE_DIR_ENV}={env} would override tier.ssd_dir={path} in SGLang's file "
                           f"storage: unset it or set tier.ssd_dir to it")
 
@@ -78,8 +83,9 @@ def _stock_mode(needs: TierNeeds, option: str) -> None:
 class TierBinding:
     """``+tier``: SGLang's HiCache, sized and placed per the option (see module docs)."""
 
-    symbols: tuple[HookedSymbol, ...] = ()
-    """HiCache's CPU rows are core rows (``hicache/symbols.py``): a user's own flag needs them too."""
+    symbols: tuple[HookedSymbol, ...] = TIER_SYMBOLS
+    """The segment storage's rows; HiCache's CPU rows are core rows (``hicache/symbols.py``):
+    a user's own flag needs them too."""
 
     def launch(self, spec: PolicySpec, launch: LaunchFields) -> list[ForcedFlag]:
         host: TierHostConfig = spec.host_settings()
@@ -93,9 +99,15 @@ class TierBinding:
                             control=False)]
         if not host.has_ssd:
             return flags
-        config = {"file_storage_path": os.path.abspath(host.ssd_dir), "max_size": int(host.ssd_gb * 1e9)}
-        flags += [ForcedFlag("hicache_storage_backend", "file", "the SSD level is SGLang's file storage",
-                             control=False),
+        path, size = os.path.abspath(host.ssd_dir), int(host.ssd_gb * 1e9)
+        if host.storage == "segments":
+            config: dict[str, object] = {**SEGMENTS, "segments_dir": path, "max_size": size,
+                                         "segment_tokens": host.segment_tokens}
+            backend, what = "dynamic", "the SSD level is Switchboard's segment storage (tier.storage=segments)"
+        else:
+            config, backend, what = {"file_storage_path": path, "max_size": size}, "file", \
+                "the SSD level is SGLang's file storage"
+        flags += [ForcedFlag("hicache_storage_backend", backend, what, control=False),
                   ForcedFlag("hicache_storage_backend_extra_config", json.dumps(config, sort_keys=True),
                              "tier.ssd_dir and tier.ssd_gb (bytes)", control=False)]
         if not needs.memory:
