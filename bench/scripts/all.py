@@ -5,13 +5,19 @@
     python -m bench.scripts.all --quick            # the simulator tables only (~35 min)
     python -m bench.scripts.all --plan             # print the commands, run nothing
     python -m bench.scripts.all --resume           # go on after an interrupted run
+    python -m bench.scripts.all --manifest         # rewrite MANIFEST.md's index, run nothing
 
 Refuses to start on a dirty tree (``git status`` not empty: tracked changes or
 untracked files anywhere), so every table is stamped with one commit. Each
 table's own script stamps its file; this command writes
-``bench/results/MANIFEST.md``: the commit, and per table the exact command, its
-wall time and the files it wrote, and the SHA-256 of every trace file the
-tables read. It runs nothing but the scripts below and commits nothing.
+``bench/results/MANIFEST.md``: first an index of every committed result, the
+command that writes it and the commit its file names (tables are rebuilt one
+by one too, so they can name different commits: the index says which), then
+the last rebuild's commit, per table the exact command, its wall time and the
+files it wrote, and the SHA-256 of every trace file the tables read. It runs
+nothing but the scripts below and commits nothing; ``--manifest`` rewrites the
+index from the files and keeps the last rebuild's section
+(``tests/sim/test_all_tables.py`` fails when the index is stale).
 
 Tables and the manifest are stamped with the *code commit*
 (``bench.scripts.common.code_commit``: the newest commit that changed the
@@ -32,6 +38,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import time
@@ -150,13 +157,60 @@ def select(only: list[str] | None, quick: bool) -> list[Table]:
     return [t for t in tables if not (quick and t.live)]
 
 
+MANIFEST = "MANIFEST.md"
+LAST_RUN = "## The last rebuild"
+_STAMP = re.compile(r"at (?:code )?commit ([0-9a-f]{7,40})")
+
+
+def stamp(path: Path) -> str | None:
+    """The commit a committed result names (a table's header, a JSON file's ``commit``); ``None``: none."""
+    if path.suffix == ".md":
+        found = _STAMP.search(path.read_text())
+        return found.group(1) if found else None
+    if path.suffix == ".json":
+        commit = json.loads(path.read_text()).get("commit")
+        return str(commit) if commit else None
+    return None
+
+
+def index(results: Path) -> str:
+    """The manifest's index: every committed result, its command and the commit it names."""
+    lines = ["# Committed results: how each was built", "",
+             "Every file under `bench/results/`, the command that writes it and the commit its file "
+             "names (a figure: its table's). Tables are rebuilt one by one as well as all together, so "
+             "they can name different commits. Rewritten by `python -m bench.scripts.all --manifest` "
+             "(runs nothing); `tests/sim/test_all_tables.py` fails when it is stale.", "",
+             "| table | command | file | built at |", "|---|---|---|---|"]
+    for table in TABLES:
+        named = [stamp(results / o) for o in table.outputs if (results / o).exists()]
+        for output in table.outputs:
+            if not (results / output).exists():
+                continue
+            commit = stamp(results / output) or next((c for c in named if c), None)
+            lines.append(f"| {table.name} | `{table.command}` | `{output}` | {commit or 'not stamped'} |")
+    return "\n".join(lines) + "\n"
+
+
+def manifest(results: Path, last_run: str | None = None) -> str:
+    """MANIFEST.md: the index, then ``last_run`` (the last rebuild's section; ``None``: the file's own)."""
+    if last_run is None:
+        old = (results / MANIFEST).read_text() if (results / MANIFEST).exists() else ""
+        last_run = old[old.index(LAST_RUN):] if LAST_RUN in old else ""
+    return index(results) + ("\n" + last_run if last_run else "")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", choices=[t.name for t in TABLES])
     ap.add_argument("--quick", action="store_true", help="skip the live tables")
     ap.add_argument("--plan", action="store_true", help="print the commands and exit")
     ap.add_argument("--resume", action="store_true", help="skip the tables an interrupted run finished")
+    ap.add_argument("--manifest", action="store_true", help="rewrite MANIFEST.md's index; run nothing")
     args = ap.parse_args()
+    results = REPO_ROOT / "bench" / "results"
+    if args.manifest:
+        (results / MANIFEST).write_text(manifest(results))
+        return
     tables = select(args.only, args.quick)
     if args.plan:
         print("\n".join(t.command for t in tables))
@@ -179,15 +233,15 @@ def main() -> None:
             path.write_text(json.dumps({"commit": commit, "done": done}, indent=1))
             bar.update(status=f"{table.name} in {done[table.name] / 60:.1f} min")
     runs = [(t, done[t.name]) for t in tables]
-    manifest = render(commit, runs, checksums(default_data_root()), args)
-    (REPO_ROOT / "bench" / "results" / "MANIFEST.md").write_text(manifest)
-    print(manifest)
+    text = manifest(results, render(commit, runs, checksums(default_data_root()), args))
+    (results / MANIFEST).write_text(text)
+    print(text)
 
 
 def render(commit: str, runs: list[tuple[Table, float]], sums: dict[str, str], args: argparse.Namespace) -> str:
     flags = (" --quick" if args.quick else "") + (f" --only {' '.join(args.only)}" if args.only else "") \
         + (" (resumed)" if getattr(args, "resume", False) else "")
-    lines = ["# Committed tables: how they were built", "",
+    lines = [LAST_RUN, "",
              f"`python -m bench.scripts.all{flags}` at code commit {commit} "
              f"({datetime.now(UTC):%Y-%m-%d}), {sum(w for _, w in runs) / 60:.0f} min in all. "
              "Each table also names its commit and its rows' commands.", "",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -88,3 +89,28 @@ def test_a_fresh_run_refuses_changed_tables(monkeypatch, tmp_path):
     with pytest.raises(SystemExit, match="dirty tree"):
         rebuild.main()
     assert ran == []
+
+
+def test_the_manifest_indexes_every_committed_result_at_the_commit_its_file_names():
+    text = (RESULTS / rebuild.MANIFEST).read_text()
+    assert text.startswith(rebuild.index(RESULTS)), "MANIFEST.md is stale: python -m bench.scripts.all --manifest"
+    listed = set(re.findall(r"\| `([^`|]+)` \| (?:[0-9a-f]{7,40}|not stamped) \|", text))
+    committed = {p.name for p in RESULTS.iterdir() if p.is_file() and p.name != rebuild.MANIFEST}
+    assert listed == committed
+    assert "not stamped" not in text and rebuild.LAST_RUN in text
+
+
+def test_the_index_reads_each_files_stamp_and_keeps_the_last_rebuild(tmp_path, monkeypatch):
+    table = rebuild.Table("t", ("bench.scripts.t",), ("t.md", "t.png"))
+    other = rebuild.Table("j", ("bench.scripts.j",), ("j.json",))
+    monkeypatch.setattr(rebuild, "TABLES", (table, other))
+    (tmp_path / "t.md").write_text("# T\n\nProduced by `python -m bench.scripts.t` at commit abc1234 (1 min).\n")
+    (tmp_path / "t.png").write_bytes(b"png")
+    (tmp_path / "j.json").write_text(json.dumps({"commit": "def5678", "rows": []}))
+    (tmp_path / "MANIFEST.md").write_text("# old index\n\n## The last rebuild\n\nat code commit 0000000\n")
+    text = rebuild.manifest(tmp_path)
+    assert "| t | `python -m bench.scripts.t` | `t.md` | abc1234 |" in text
+    assert "| t | `python -m bench.scripts.t` | `t.png` | abc1234 |" in text  # a figure: its table's
+    assert "| j | `python -m bench.scripts.j` | `j.json` | def5678 |" in text
+    assert text.endswith("## The last rebuild\n\nat code commit 0000000\n") and "# old index" not in text
+    assert rebuild.manifest(tmp_path, "## The last rebuild\n\nnew run\n").endswith("new run\n")
