@@ -8,7 +8,7 @@ import random
 import httpx
 import pytest
 
-from bench.live.chat import agreement, client, run_conversations
+from bench.live.chat import agreement, client, metric_total, run_conversations, wait_for
 from tests.live.harness import QueueExperiment, unique_prompt
 
 pytestmark = pytest.mark.server
@@ -37,10 +37,29 @@ def test_streaming_equals_non_streaming(server):
     assert "".join(chunks) == full.choices[0].message.content
 
 
-def test_metrics_endpoint_serves_sglang_series(server):
-    text = httpx.get(server.base_url + "/metrics", timeout=10).text
-    for series in ("sglang:time_to_first_token_seconds", "sglang:num_queue_reqs", "sglang:prompt_tokens_total"):
-        assert series in text
+#: SGLang's counters one request moves, and by how much (from its own ``meta_info``).
+COUNTED = {"sglang:prompt_tokens_total": "prompt_tokens", "sglang:generation_tokens_total": "completion_tokens",
+           "sglang:time_to_first_token_seconds_count": None, "sglang:e2e_request_latency_seconds_count": None}
+
+
+def test_metrics_count_what_one_request_did(server):
+    """``/metrics`` is SGLang's own accounting: one request moves each counter by its own figures."""
+    url = server.base_url
+    before = {name: metric_total(url, name) for name in COUNTED}
+    body = {"text": unique_prompt(random.Random(3), 40), "sampling_params": {"temperature": 0, "max_new_tokens": 7,
+                                                                  "ignore_eos": True}}
+    meta = httpx.post(url + "/generate", json=body, timeout=300).json()["meta_info"]
+    want = {name: float(meta[key]) if key else 1.0 for name, key in COUNTED.items()}
+    assert want["sglang:generation_tokens_total"] == 7 and want["sglang:prompt_tokens_total"] > 5
+
+    def moved() -> dict[str, float]:
+        return {name: metric_total(url, name) - before[name] for name in COUNTED}
+
+    try:
+        wait_for(lambda: moved() == want, timeout=15, what="SGLang's counters to count the request")
+    except AssertionError:
+        assert moved() == want  # NOTE: shows both sides
+    assert metric_total(url, "sglang:num_queue_reqs") == 0
 
 
 def test_without_a_policy_the_queue_is_served_first_come_first_served(server):
