@@ -60,7 +60,7 @@ GOLDEN: dict[str, str] = {
     "default": "3e865787151124ec",
     "dwise": "1b54ea31d1d60b85",
     "fairway": "6897a0fac9ff8bfe",
-    "flatcake": "e5864520197e1aa6",
+    "flatcake": "7bf208da87eb9efd",
     "leap": "caee0e7087485520",
     "penelope": "e464be6cced2e45b",
     "router": "d53fc0bb0a0c7509",
