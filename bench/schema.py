@@ -373,6 +373,11 @@ class SimConfig:
     server), modelled: tokens of host memory keeping what a tail-first cache
     evicts, restored instead of recomputed; 0 = none. NOTE: refused with a
     cache that holds gaps, as the server refuses HiCache beside the gap cache."""
+    disable_overlap_schedule: bool = False
+    """Run the simulated server without SGLang's overlap scheduler, as the user's
+    ``sglang.disable_overlap_schedule=true`` runs the live one: charged like an option
+    that forces it (``overlap.overlap_charged``). The control row of an option that
+    forces the flag: stock under the same flags."""
     ssd_read_gbs: float = 7.0
     """With ``+tier`` and an SSD level: its read bandwidth (GB/s; about a PCIe 4.0
     NVMe drive). Reads and writes queue on one device (``bench/sim/tiers.py``)."""

@@ -124,6 +124,9 @@ def sim_parts(settings: BenchSettings, scope: Scope) -> SimParts:
         binding = sim_binding(kind)
         if binding.scope is scope:
             binding.attach(spec, settings, parts)
+    if scope is Scope.replica and settings.sim.disable_overlap_schedule:
+        # NOTE: the user's flag, not a kind's: stock under an option's forced flags (its control row)
+        parts.overlap_off.append("sim.disable_overlap_schedule (as sglang.disable_overlap_schedule=true)")
     return parts
 
 

@@ -123,3 +123,23 @@ def test_the_simulator_turns_the_overlap_scheduler_off_where_the_server_does(gro
     sim_extra = ["sim.dllm.enabled=true"] if "model=sdar_tiny" in extra else [e for e in extra if e.startswith(("+", "tier."))]
     settings = resolve_bench(compose_bench([f"+{group}={option}", *sim_extra]))
     assert bool(sim_parts(settings, Scope.replica).overlap_off) == server_off
+
+
+def test_stock_under_an_options_forced_flags_runs_in_the_simulator_too():
+    """The control row on both roads: the user's flag turns the overlap scheduler off in the
+    simulated server as on the live one, charged as an option that forces it is."""
+    from bench.config import compose_bench, resolve_bench
+    from bench.run import run_bench
+    from bench.sim.binding import Scope, sim_parts
+
+    window = ["trace=azure_conversation", "trace.window_start_s=1800", "trace.window_end_s=1830",
+              "output.progress=false", "output.plots=false"]
+    stock = resolve_bench(compose_bench(window))
+    control = resolve_bench(compose_bench([*window, "sim.disable_overlap_schedule=true"]))
+    assert sim_parts(stock, Scope.replica).overlap_off == []
+    assert sim_parts(control, Scope.replica).overlap_off == [
+        "sim.disable_overlap_schedule (as sglang.disable_overlap_schedule=true)"]
+    # the H100 profile's 1.1x per iteration: the same requests take longer without the overlap
+    fast, slow = run_bench(stock), run_bench(control)
+    assert slow["meta"]["overlap_off"] and "overlap_off" not in fast["meta"]
+    assert slow["summary"]["e2e_s"]["mean"] > 1.02 * fast["summary"]["e2e_s"]["mean"]
