@@ -182,12 +182,10 @@ def index(results: Path) -> str:
              "(runs nothing); `tests/sim/test_all_tables.py` fails when it is stale.", "",
              "| table | command | file | built at |", "|---|---|---|---|"]
     for table in TABLES:
-        named = [stamp(results / o) for o in table.outputs if (results / o).exists()]
-        for output in table.outputs:
-            if not (results / output).exists():
-                continue
-            commit = stamp(results / output) or next((c for c in named if c), None)
-            lines.append(f"| {table.name} | `{table.command}` | `{output}` | {commit or 'not stamped'} |")
+        stamps = {o: stamp(results / o) for o in table.outputs if (results / o).exists()}
+        shared = next((c for c in stamps.values() if c), None)  # NOTE: what a figure takes
+        for output, commit in stamps.items():
+            lines.append(f"| {table.name} | `{table.command}` | `{output}` | {commit or shared or 'not stamped'} |")
     return "\n".join(lines) + "\n"
 
 

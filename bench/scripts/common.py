@@ -5,11 +5,16 @@ from __future__ import annotations
 import argparse
 import functools
 import subprocess
+from collections.abc import Callable, Hashable
+from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from bench.traces.paths import REPO_ROOT
+from compose.progress import track
+
+K = TypeVar("K", bound=Hashable)
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -23,6 +28,17 @@ def add_output_args(parser: argparse.ArgumentParser, table: str, results: str) -
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / f"{table}.md")
     parser.add_argument("--results", type=Path, default=Path("results") / results
                         / datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
+
+
+def run_rows(name: str, keys: list[K], run: Callable[[K, Path], dict[str, Any]], results: Path, jobs: int,
+             describe: Callable[[K], str]) -> dict[K, dict[str, Any]]:
+    """``run(key, results)`` for every key, ``jobs`` processes at once (at least one), with a
+    progress bar named ``name``; each key's row. ``run`` must be picklable (module level)."""
+    with ProcessPoolExecutor(max(1, jobs)) as pool:
+        # NOTE: pool.map yields in submission order; the bar counts each row as it arrives.
+        runs = zip(keys, pool.map(run, keys, [results] * len(keys)))
+        done = [r for _, r in track(runs, name, total=len(keys), unit="run", label=lambda kr: describe(kr[0]))]
+    return dict(zip(keys, done))
 
 
 #: The code and configs that make a table; not the committed tables themselves

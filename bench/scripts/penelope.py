@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,8 +30,7 @@ from bench.config import compose_bench, resolve_bench
 from bench.report import fmt
 from bench.run import run_bench
 from bench.scripts.baselines import COMMON
-from bench.scripts.common import add_output_args, git_commit
-from compose.progress import track
+from bench.scripts.common import add_output_args, git_commit, run_rows
 
 SESSION_RATE = 0.005
 SESSIONS = 120
@@ -117,11 +115,7 @@ def main() -> None:
     git_commit()  # NOTE: stamps the run now (cached), before any work
     t0 = time.perf_counter()
     keys = jobs()
-    with ProcessPoolExecutor(max(1, args.jobs)) as pool:
-        # NOTE: pool.map yields in submission order; the bar counts each row as it arrives.
-        runs = zip(keys, pool.map(_run, keys, [args.results] * len(keys)))
-        done = [r for _, r in track(runs, "penelope", total=len(keys), unit="run", label=lambda kr: describe(kr[0]))]
-    rows = dict(zip(keys, done))
+    rows = run_rows("penelope", keys, _run, args.results, args.jobs, describe)
     for key, r in rows.items():
         print(f"{describe(key)}: TTFT mean {r['mean']:.2f} "
               f"p50 {r['p50']:.2f} p99 {r['p99']:.2f} recomputed {r['recomputed']} ({r['wall_s']:.0f} s)")

@@ -27,17 +27,16 @@ from __future__ import annotations
 
 import argparse
 import time
-from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from statistics import fmean
 from typing import Any
 
 from bench.config import compose_bench, resolve_bench
 from bench.report import fmt
 from bench.run import run_bench
 from bench.scripts.baselines import COMMON
-from bench.scripts.common import add_output_args, git_commit
-from compose.progress import track
+from bench.scripts.common import add_output_args, git_commit, run_rows
 
 SESSIONS = 120
 #: Session starts per second: the four loads.
@@ -107,19 +106,12 @@ def main() -> None:
     git_commit()  # NOTE: stamps the run now (cached), before any work
     t0 = time.perf_counter()
     keys = jobs()
-    with ProcessPoolExecutor(max(1, args.jobs)) as pool:
-        runs = zip(keys, pool.map(run_one, keys, [args.results] * len(keys)))
-        done = [r for _, r in track(runs, "tiers", total=len(keys), unit="run", label=lambda kr: describe(kr[0]))]
-    rows = dict(zip(keys, done))
+    rows = run_rows("tiers", keys, run_one, args.results, args.jobs, describe)
     for key, r in rows.items():
         print(f"{describe(key)}: reuse {r['reuse']:.3f} TTFT mean {r['mean']:.2f} p99 {r['p99']:.2f} "
               f"({r['wall_s']:.0f} s)")
     args.out.write_text(render(rows, time.perf_counter() - t0))
     print(f"wrote {args.out}")
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
 
 
 def render(rows: dict[Key, dict[str, Any]], wall_s: float) -> str:
@@ -150,10 +142,10 @@ def render(rows: dict[Key, dict[str, Any]], wall_s: float) -> str:
         for row in ROWS:
             rs = [rows[(rate, s, row)] for s in EVAL_SEEDS]
             lines.append(
-                f"| {rate}/s | `{row}` | {fmt(_mean([r['reuse'] for r in rs]), 100, '%')} | "
-                f"{fmt(_mean([r['mean'] for r in rs]), 1, '')} | {fmt(_mean([r['p99'] for r in rs]), 1, '')} | "
-                f"{fmt(_mean([r['e2e'] for r in rs]), 1, '')} | {_mean([r['memory'] for r in rs]):,.0f} | "
-                f"{_mean([r['ssd'] for r in rs]):,.0f} | {_mean([r['reads'] for r in rs]):,.0f} |")
+                f"| {rate}/s | `{row}` | {fmt(fmean([r['reuse'] for r in rs]), 100, '%')} | "
+                f"{fmt(fmean([r['mean'] for r in rs]), 1, '')} | {fmt(fmean([r['p99'] for r in rs]), 1, '')} | "
+                f"{fmt(fmean([r['e2e'] for r in rs]), 1, '')} | {fmean([r['memory'] for r in rs]):,.0f} | "
+                f"{fmean([r['ssd'] for r in rs]):,.0f} | {fmean([r['reads'] for r in rs]):,.0f} |")
     lines += ["", "## Tuning instance (session-start seed 0)", "",
               "FlatCake's `ssd_session_tokens` was chosen here (the default, "
               "131072: lowest mean TTFT at the two highest loads, and the highest reuse at the highest); "
@@ -190,9 +182,9 @@ def _verdict(rows: dict[Key, dict[str, Any]]) -> list[str]:
                     own = rows[(rate, s, row)][metric]
                     ch.append(own - best if higher else own / best)
                 if higher:
-                    cells.append(f"{_mean(ch) * 100:+.1f} pts ({min(ch) * 100:+.1f} to {max(ch) * 100:+.1f})")
+                    cells.append(f"{fmean(ch) * 100:+.1f} pts ({min(ch) * 100:+.1f} to {max(ch) * 100:+.1f})")
                 else:
-                    cells.append(f"{_mean(ch):.2f}x ({min(ch):.2f} to {max(ch):.2f})")
+                    cells.append(f"{fmean(ch):.2f}x ({min(ch):.2f} to {max(ch):.2f})")
             lines.append(f"| {rate}/s | `{row}` | " + " | ".join(cells) + " |")
     lines += ["", "Targets (issue 29), per evaluation seed:", ""]
     hi, lo = RATES[-1], RATES[0]

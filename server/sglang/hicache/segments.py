@@ -89,29 +89,33 @@ class SegmentStore:
         if len(keys) != len(pages):
             raise ValueError(f"{len(keys)} keys for {len(pages)} pages")
         done: list[bool] = []
+        fds: dict[int, int] = {}
+        # NOTE: each segment file this batch writes is opened once, closed at its end
         with self._lock:
-            for key, page in zip(keys, pages):
-                if key in self.index:
+            try:
+                for key, page in zip(keys, pages):
+                    if key in self.index:
+                        done.append(True)
+                        continue
+                    if not self._append(key, page, group, fds):
+                        break
                     done.append(True)
-                    continue
-                if not self._append(key, page, group):
-                    break
-                done.append(True)
+            finally:
+                for fd in fds.values():
+                    os.close(fd)
             self._shrink()
         return done + [False] * (len(keys) - len(done))
 
-    def _append(self, key: str, page: bytes | memoryview, group: str | None) -> bool:
+    def _append(self, key: str, page: bytes | memoryview, group: str | None, fds: dict[int, int]) -> bool:
         segment = self._open.get(group)
         if segment is None or len(self._pages[segment]) >= self.segment_pages:
             segment = self._start(group)
         offset = self.sizes[segment]
         try:
+            if segment not in fds:
+                fds[segment] = os.open(self.path(segment), os.O_WRONLY | os.O_CREAT, 0o644)
             # NOTE: at the recorded offset, not the file's end: the index never trusts the file's length
-            fd = os.open(self.path(segment), os.O_WRONLY | os.O_CREAT, 0o644)
-            try:
-                written = os.pwrite(fd, page, offset)
-            finally:
-                os.close(fd)
+            written = os.pwrite(fds[segment], page, offset)
         except OSError:
             return False
         length = len(page)
