@@ -53,11 +53,14 @@ def fresh_text(rng: random.Random, n_words: int) -> str:
     return f"#{rng.getrandbits(48):x}: " + " ".join(rng.choice(_WORDS) for _ in range(n_words))
 
 
-def generate(url: str, text: str, max_new_tokens: int = 16, salt: str | None = None) -> dict[str, Any]:
-    """One greedy ``/generate`` answer (raises on a non-200)."""
+def generate(url: str, text: str, max_new_tokens: int = 16, salt: str | None = None,
+             session: str | None = None) -> dict[str, Any]:
+    """One greedy ``/generate`` answer (raises on a non-200), of ``session`` if given."""
     body: dict[str, Any] = {"text": text, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens}}
     if salt is not None:
         body["cache_salt"] = salt
+    if session is not None:
+        body["session_id"] = session
     r = httpx.post(url + "/generate", json=body, timeout=300)
     r.raise_for_status()
     out: dict[str, Any] = r.json()

@@ -1,8 +1,8 @@
 """The simulator's side of the tier kind: what a placement sees, and what an SSD costs.
 
-* ``SessionStats``: per session, what the server would know when a block is
-  first backed up (its context so far, its turns, its last reply), kept from
-  the requests the simulator has seen arrive and finish, nothing later.
+* ``SessionStats`` (``policies/tier/sessions.py``, shared with the server): per
+  session, what the server would know when a block is first backed up, kept
+  from the requests the simulator has seen arrive and finish, nothing later.
 * ``make_placer``: the ``radix.tiers.TieredHost`` placer that builds the
   ``PlacementView`` of a freed node and asks the tier policy (checked by
   ``check_home``).
@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bench.sim.binding import Scope, SimParts
 from compose.specs import build_policy
 from policies.feedback import FinishedView, ObservesFinished
 from policies.tier import Home, PlacementView, TierHostConfig, TierPolicy, check_home
+from policies.tier.sessions import SessionStats
 from radix.host import HostTier
 from radix.node import Node
 from radix.tiers import Placer, TieredHost
@@ -43,41 +43,6 @@ if TYPE_CHECKING:
     from bench.config import BenchSettings
     from bench.sim.request import SimRequest
     from compose.specs import PolicySpec
-
-
-@dataclass
-class _Seen:
-    tokens: int = 0
-    turns: int = 0
-    last_reply: int = 0
-
-
-class SessionStats:
-    """What the server knows of each session so far (see module docs)."""
-
-    def __init__(self) -> None:
-        self._seen: dict[str, _Seen] = {}
-
-    def arrived(self, session: str | None, prompt_tokens: int) -> None:
-        """A request of ``session`` arrived with a ``prompt_tokens`` prompt."""
-        if session is None:
-            return
-        seen = self._seen.setdefault(session, _Seen())
-        seen.turns += 1
-        seen.tokens = max(seen.tokens, prompt_tokens)
-
-    def finished(self, session: str | None, prompt_tokens: int, output_tokens: int) -> None:
-        """A request of ``session`` finished: its reply is the session's last."""
-        if session is None:
-            return
-        seen = self._seen.setdefault(session, _Seen())
-        seen.last_reply = output_tokens
-        seen.tokens = max(seen.tokens, prompt_tokens + output_tokens)
-
-    def of(self, session: str | None) -> tuple[int, int, int]:
-        """``(context tokens, turns, last reply tokens)`` of ``session`` (zeros if unknown or ``None``)."""
-        seen = self._seen.get(session) if session is not None else None
-        return (0, 0, 0) if seen is None else (seen.tokens, seen.turns, seen.last_reply)
 
 
 def make_placer(policy: TierPolicy, stats: SessionStats, clock: Callable[[], float], block_size: int) -> Placer:

@@ -41,6 +41,19 @@ def test_ssd_only_is_sglangs_buffer_only_mode(tmp_path):
     assert fields["hicache_host_memory_mode"] == "buffer_only" and fields["hicache_storage_backend"] == "file"
 
 
+def test_flatcake_is_the_tier_cache_placing_each_block_when_it_leaves_the_device(tmp_path):
+    fields = _fields("+tier=flatcake", f"tier.ssd_dir={tmp_path}", "tier.ssd_gb=0.01", "tier.storage=segments")
+    assert fields["radix_cache_backend"] == "switchboard_tier" and fields["hicache_write_policy"] == "write_back"
+    assert fields["enable_hierarchical_cache"] is True and fields["hicache_storage_backend"] == "dynamic"
+    assert "hicache_host_memory_mode" not in fields  # cache mode: memory homes stay in host memory
+    # SGLang's own modes keep SGLang's cache and write policy
+    stock = _fields("+tier=hierarchical", f"tier.ssd_dir={tmp_path}", "tier.ssd_gb=0.01")
+    assert "radix_cache_backend" not in stock and "hicache_write_policy" not in stock
+    with pytest.raises(ConfigError, match=r"sglang.hicache_write_policy=write_through conflicts with \+tier"):
+        _fields("+tier=flatcake", f"tier.ssd_dir={tmp_path}", "tier.ssd_gb=0.01",
+                "sglang.hicache_write_policy=write_through")
+
+
 @pytest.mark.parametrize("over, reason", [
     (["tier.ssd_dir={blocked}/ssd", "tier.ssd_gb=0.01"], r"invalid value for 'tier.ssd_dir': .*cannot be written"),
     (["tier.ssd_dir={tmp}", "tier.ssd_gb=1e9"], r"invalid value for 'tier.ssd_gb': 1000000000.0 GB does not fit"),

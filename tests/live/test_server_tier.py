@@ -16,6 +16,7 @@ server (``tests/config/test_tier_binding.py``).
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 
@@ -74,3 +75,52 @@ def test_a_pushed_out_prefix_comes_back_from_ssd_only_exactly_and_damage_costs_a
     damaged = tiers.generate(url, prompt)
     assert tiers.tiers(damaged)["storage"] == 0 and damaged["text"] == first["text"], tiers.tiers(damaged)
     assert metric_total(url, "switchboard_tier_corrupt_pages_total") >= 1
+
+
+@pytest.fixture(scope="module")
+def flat_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("flatcake") / "ssd"
+
+
+@pytest.fixture(scope="module")
+def flatcake(start_server, flat_dir):
+    # NOTE: a session predicted past 256 tokens lives on SSD; host memory holds 16x the device pool
+    server = start_server("model.dtype=float32", "+tier=flatcake", f"tier.ssd_dir={flat_dir}", f"tier.ssd_gb={SSD_GB}",
+                          "tier.storage=segments", "tier.ssd_session_tokens=256", "tier.host_ratio=16",
+                          f"sglang.max_total_tokens={DEVICE_TOKENS}", "sglang.enable_cache_report=true")
+    yield server
+    server.stop()
+
+
+def test_flatcake_reads_the_shared_prompt_from_memory_and_a_long_session_from_ssd_exactly(flatcake):
+    """Two sessions share a system prompt: it is homed in memory; each session's own turn is
+    predicted long and homed on SSD. Pushed out of the device, a repeat reads the prompt back
+    from host memory and its own part from storage, answers as computed from nothing, and no
+    block stays in both levels (the audit reads the tree and the storage backend)."""
+    url, rng = flatcake.base_url, random.Random(11)
+    system = tiers.fresh_text(rng, 100)
+    turns = {s: f"{system} {tiers.fresh_text(rng, PROMPT_WORDS)}" for s in ("a", "b")}
+    first = {s: tiers.generate(url, text, session=s) for s, text in turns.items()}
+    shared = int(tiers.generate(url, system)["meta_info"]["prompt_tokens"])
+    assert shared > 100 and first["a"]["meta_info"]["cached_tokens"] == 0
+
+    for s, text in turns.items():
+        tiers.push_out(url, rng, 3 * DEVICE_TOKENS, PROMPT_WORDS)
+        repeat = tiers.generate(url, text, session=s)
+        came, n = tiers.tiers(repeat), int(repeat["meta_info"]["prompt_tokens"])
+        # NOTE: every fresh prompt opens with '#' and a hex tag: its first tokens may stay on the device
+        assert came["device"] <= 4 and shared - 16 <= came["host"] <= shared + 16, came
+        assert came["storage"] >= n - shared - 32, came
+        assert repeat["text"] == first[s]["text"]
+
+    assert metric_total(url, "switchboard_tier_memory_home_tokens_total") >= shared - 16
+    assert metric_total(url, "switchboard_tier_ssd_home_tokens_total") >= 2 * PROMPT_WORDS
+    assert metric_total(url, "switchboard_tier_host_copies_released_tokens_total") >= 2 * PROMPT_WORDS
+    assert metric_total(url, "switchboard_tier_ssd_read_tokens_total") >= 2 * PROMPT_WORDS
+    # NOTE: the audit runs in a scheduler step at most once a second after a change: a step
+    # more than a second after the last change audits the final state
+    time.sleep(1.2)
+    tiers.generate(url, "tick", max_new_tokens=1)
+    time.sleep(0.2)
+    assert metric_total(url, "switchboard_tier_audits_total") >= 1
+    assert metric_total(url, "switchboard_tier_both_levels_tokens") == 0

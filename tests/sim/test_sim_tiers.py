@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from bench.sim.tiers import SessionStats, SsdDevice, make_placer
+from bench.sim.tiers import SsdDevice, make_placer
 from policies.cache.lru import LruPolicy
 from policies.tier import Home, PlacementView
+from policies.tier.sessions import SessionStats
 from radix import GapTree
 from radix.tiers import TieredHost
 from tests.policies.test_gap_tree import CheckedKeys, key

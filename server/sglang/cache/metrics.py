@@ -1,4 +1,4 @@
-"""Prometheus counters of the adapter (``/metrics`` of the SGLang server)."""
+"""Prometheus counters and gauges of the adapter (``/metrics`` of the SGLang server)."""
 
 from __future__ import annotations
 
@@ -15,3 +15,16 @@ def prometheus_counter(name: str, documentation: str) -> Any | None:
     except ImportError:  # NOTE: metrics are optional; the log lines still count
         return None
     return Counter(name, documentation)
+
+
+@functools.cache
+def prometheus_gauge(name: str, documentation: str) -> Any | None:
+    """The process's gauge ``name``, created once; ``None`` without prometheus_client.
+
+    NOTE: under SGLang's multiprocess metrics each live process's value is
+    exported (``livesum``: one scheduler per rank sums to the rank's value)."""
+    try:
+        from prometheus_client import Gauge
+    except ImportError:  # NOTE: metrics are optional; the log lines still count
+        return None
+    return Gauge(name, documentation, multiprocess_mode="livesum")

@@ -4,22 +4,27 @@ Launch: HiCache with a host level of ``tier.host_ratio`` times the device
 pool and, with an SSD level (``tier.ssd_dir``, ``tier.ssd_gb``), SGLang's file
 storage there, bounded to ``ssd_gb`` (its least recently used pages dropped
 past it), or with ``tier.storage=segments`` Switchboard's checked segment
-storage (``segment_backend.py``, through SGLang's ``dynamic`` backend). An option's needs pick SGLang's host mode: blocks in memory and on
-SSD (``cache``: storage a superset of memory) or on SSD only (``buffer_only``:
-memory stages reads and writes). On CPU the launcher adds the io backend and
-layout the CPU path serves and the plugin installs it
-(``server/sglang/hicache/cpu.py``), as for a user's own HiCache flag.
+storage (``segment_backend.py``, through SGLang's ``dynamic`` backend).
+An option's needs pick how blocks are placed:
+
+* SGLang's stock modes: blocks in memory and on SSD (``hierarchical``:
+  ``cache`` mode, storage a superset of memory) or on SSD only (``ssd_only``:
+  ``buffer_only``, memory stages reads and writes). The policy's placement
+  *is* SGLang's: install builds it (checked like any option's), no hook;
+* an option that places blocks itself (sessions, segments: ``flatcake``):
+  the tier cache (``tier_cache.py``, radix cache backend ``switchboard_tier``)
+  under ``write_back``, so each block is placed once, when it leaves the
+  device (as in the simulator), with memory and SSD disjoint.
+
+On CPU the launcher adds the io backend and layout the CPU path serves and the
+plugin installs it (``server/sglang/hicache/cpu.py``), as for a user's own
+HiCache flag.
 
 Refused at startup, naming the field: an option that needs an SSD level
 without one; an SSD directory that cannot be created or written, or whose
 filesystem lacks ``ssd_gb`` free; SGLang's storage-directory variable pointing
-elsewhere; and an option whose placement SGLang's stock modes cannot carry
-(blocks moved between levels, per-session segments): those run in the
-simulator until the session segment storage serves them.
-
-NOTE: with the stock modes the policy's placement *is* SGLang's (memory and
-SSD for every block, or SSD for every block): install builds it (checked like
-any option's) and adds no hook.
+elsewhere; and an option that moves blocks between levels (``exclusive``'s
+demotion on host eviction), which runs in the simulator only for now.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import TYPE_CHECKING
 from compose.config import ConfigError
 from compose.specs import build_policy
 from policies.tier import TierHostConfig, TierNeeds
+from server.sglang.hicache.names import TIER_CACHE_BACKEND
 from server.sglang.hicache.tier_symbols import TIER_SYMBOLS
 from server.sglang.launch.binding import ForcedFlag, LaunchFields, SchedulerParts
 from server.sglang.launch.symbols import HookedSymbol
@@ -71,13 +77,18 @@ def check_ssd_dir(host: TierHostConfig) -> None:
                           f"storage: unset it or set tier.ssd_dir to it")
 
 
-def _stock_mode(needs: TierNeeds, option: str) -> None:
-    """``ConfigError`` unless SGLang's stock host modes carry the option's placement."""
-    if needs.demote or needs.segments:
-        what = "moves blocks from memory to SSD" if needs.demote else "stores each session's blocks contiguously"
-        raise ConfigError(f"+tier ({option}) {what}, which SGLang's stock HiCache modes cannot carry and the "
-                          "session segment storage does not serve yet; run it in the simulator "
-                          "(python -m bench ... +tier=...), or use +tier=hierarchical or +tier=ssd_only")
+def placed_here(needs: TierNeeds) -> bool:
+    """Whether the option places blocks itself (``TierCache``) rather than in one of SGLang's stock modes."""
+    return needs.segments or needs.sessions or needs.demote
+
+
+def _servable(needs: TierNeeds, option: str) -> None:
+    """``ConfigError`` unless this server carries the option's placement."""
+    if needs.demote:
+        raise ConfigError(f"+tier ({option}) moves blocks from memory to SSD when memory evicts them, which "
+                          "the server does not carry yet (the tier cache places each block once); run it in "
+                          "the simulator (python -m bench ... +tier=...), or use +tier=flatcake, "
+                          "+tier=hierarchical or +tier=ssd_only")
 
 
 class TierBinding:
@@ -91,7 +102,7 @@ class TierBinding:
         host: TierHostConfig = spec.host_settings()
         needs: TierNeeds = spec.needs_of()
         option = spec.target.rsplit(".", 1)[-1]
-        _stock_mode(needs, option)
+        _servable(needs, option)
         # NOTE: an option needing SSD without one is refused before (compose/compat.py)
         check_ssd_dir(host)
         flags = [ForcedFlag("enable_hierarchical_cache", True, "the tier is SGLang's HiCache", control=False),
@@ -110,13 +121,28 @@ class TierBinding:
         flags += [ForcedFlag("hicache_storage_backend", backend, what, control=False),
                   ForcedFlag("hicache_storage_backend_extra_config", json.dumps(config, sort_keys=True),
                              "tier.ssd_dir and tier.ssd_gb (bytes)", control=False)]
-        if not needs.memory:
+        if placed_here(needs):
+            flags += [ForcedFlag("radix_cache_backend", TIER_CACHE_BACKEND,
+                                 "the tier cache places each block below the device", control=False),
+                      # NOTE: placement happens when a block leaves the device, as in the simulator
+                      ForcedFlag("hicache_write_policy", "write_back",
+                                 "a block is placed once, when it leaves the device")]
+        elif not needs.memory:
             flags.append(ForcedFlag("hicache_host_memory_mode", "buffer_only",
                                     "every block's home is SSD: host memory only stages", control=False))
         return flags
 
     def install(self, spec: PolicySpec, plan: LaunchPlan, parts: SchedulerParts) -> None:
-        build_policy(spec)  # NOTE: checked like any option's; SGLang's stock mode places (module docs)
+        policy = build_policy(spec)  # NOTE: a stock mode's is only checked: SGLang places (module docs)
+        if placed_here(spec.needs_of()):
+            from policies.tier.sessions import SessionStats
+            from server.sglang.hicache.tier_cache import Placement, TierSessions, register_tier_cache
+
+            stats = SessionStats()
+            register_tier_cache(Placement(policy, stats, spec.host_settings()))
+            sessions = TierSessions(policy, stats)
+            parts.policies.append(sessions)
+            parts.seams.append(lambda scheduler: sessions)
         parts.installed.append(f"tier={spec.target}")
 
     def extend_cli(self) -> None:

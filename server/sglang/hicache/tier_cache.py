@@ -1,0 +1,359 @@
+"""Placement below the device inside SGLang's HiCache: ``TierCache`` (``+tier=flatcake``).
+
+SGLang's cache mode keeps every block it backs up in host memory *and* writes
+it through to storage: storage is a superset of memory. A tier policy that
+places blocks (``policies/tier``: ``MEMORY`` or ``SSD``, chosen once) needs
+the two levels disjoint. ``TierCache`` is SGLang's ``UnifiedRadixCache`` with
+three hooks, registered as the radix cache backend ``switchboard_tier``:
+
+1. **Who used a block.** Every insert tags the nodes on its path with the
+   request's owner (its session, or the request itself without one); a node a
+   second owner inserts through is *shared* (a split's new parent inherits its
+   child's tag).
+2. **The home, once.** Under ``write_back`` a block is backed up when it
+   leaves the device; once its host copy is acknowledged SGLang asks to write
+   it to storage (``write_backup_storage``). There the policy answers its home
+   from a ``PlacementView`` (the tag, ``SessionStats`` of the session, the free
+   host slots, the SSD level): ``MEMORY`` is not written to storage;
+   ``SSD`` is, and its host copy is released once storage acknowledges the
+   write; ``BOTH`` is SGLang's own behaviour.
+3. **Host copies of SSD blocks released.** After each poll of SGLang's
+   HiCache events (``check_hicache_events``, once per scheduler step), an
+   acknowledged ``SSD`` block's host copy is freed: the whole node when it is a host-only leaf, the host layer only when the node is
+   on the device again. A block read back from storage (a prefetch) is on SSD
+   already: its host copy is freed once it is on the device (never before: the
+   request is about to load it).
+
+What it shows (``switchboard_tier_*`` counters): tokens homed in memory and
+on SSD, host copies released, tokens read back from storage, and an audit
+gauge, ``switchboard_tier_both_levels_tokens``: host-held tokens whose pages
+storage also holds (in-flight writes and ``BOTH`` homes excluded), recomputed
+from the tree and the storage backend itself at most once a second after a
+change. It is 0 when memory and SSD are disjoint.
+
+NOTE (invariants): a node's home is decided once (``homes``); a ``MEMORY``
+home is never written to storage; an ``SSD`` home's host copy is only a copy
+in flight (until the storage ack) or a read-back staging (until it is on the
+device). One TP rank (the CPU path); several ranks would need the decisions
+under SGLang's ``rank_consensus``. The Python tree core is forced: the hooks
+read its nodes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import DemoteResult
+from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+from policies.tier import Home, PlacementView, TierHostConfig, TierPolicy, check_home
+from policies.tier.sessions import SessionStats
+from server.sglang.cache.metrics import prometheus_counter, prometheus_gauge
+from server.sglang.hicache.names import TIER_CACHE_BACKEND
+
+logger = logging.getLogger(__name__)
+
+#: The audit runs at most this often (seconds), after something changed.
+AUDIT_INTERVAL_S = 1.0
+
+
+@dataclass
+class _Owners:
+    first: str
+    session: str | None
+    shared: bool = False
+
+
+@dataclass
+class Placement:
+    """What ``TierCache`` asks its policy with: the policy, session facts, the SSD level."""
+
+    policy: TierPolicy
+    stats: SessionStats
+    host: TierHostConfig
+
+
+class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
+    """SGLang's unified radix cache with a tier policy's placement (see module docs)."""
+
+    placement: Placement | None = None
+
+    def attach(self, placement: Placement) -> None:
+        """Start placing with ``placement`` (before the first request)."""
+        self.placement = placement
+        self.owners: dict[int, _Owners] = {}
+        self.homes: dict[int, Home] = {}
+        #: node id -> whether the whole node may go (written SSD home) or only its host layer (read back)
+        self.release: dict[int, bool] = {}
+        self._owner: tuple[str | None, str] | None = None
+        self._anonymous = itertools.count()
+        self._ssd_tokens = 0
+        self._dirty, self._audited_at = False, 0.0
+        pool = self.cache_controller.mem_pool_host
+        self._ssd_capacity = int(placement.host.ssd_gb * 1e9 // max(1, int(pool.size_per_token)))
+        self._counters = {home: prometheus_counter(f"switchboard_tier_{home.value}_home_tokens",
+                                                   f"KV tokens the tier policy homed in {home.value}")
+                          for home in Home}
+        self._released = prometheus_counter("switchboard_tier_host_copies_released_tokens",
+                                            "Host copies of SSD-home KV freed once on SSD (or on the device)")
+        self._restored = prometheus_counter("switchboard_tier_ssd_read_tokens",
+                                            "KV tokens read back from the SSD level into host memory")
+        self._audits = prometheus_counter("switchboard_tier_audits", "Audits of the levels' disjointness run")
+        self._both = prometheus_gauge("switchboard_tier_both_levels_tokens",
+                                      "Host-held KV tokens whose pages storage also holds (BOTH homes and "
+                                      "in-flight writes excluded): 0 when memory and SSD are disjoint")
+        logger.info("switchboard tier cache: %s places blocks below the device (SSD level %d tokens)",
+                    type(placement.policy).__name__, self._ssd_capacity)
+
+    # ---------------------------------------------------------------- owners
+    def checkpoint_into_tree(self, req: Any, *, up_to: int, **kwargs: Any) -> Any:
+        session = getattr(req, "session_id", None)
+        self._owner = (session, session or f"rid:{req.rid}")
+        try:
+            return super().checkpoint_into_tree(req, up_to=up_to, **kwargs)
+        finally:
+            self._owner = None
+
+    def insert(self, params: Any) -> Any:
+        result = super().insert(params)
+        if self.placement is not None and not self.disable and params.key is not None and len(params.key):
+            session, owner = self._owner or (params.session_id,
+                                             params.session_id or f"insert:{next(self._anonymous)}")
+            self._tag(params.key, session, owner)
+        return result
+
+    def _tag(self, key: Any, session: str | None, owner: str) -> None:
+        for node, _, _ in self.tree_core._walk_span(key, len(key)):
+            tag = self.owners.get(node.id) or self._inherit(node)
+            if tag is None:
+                self.owners[node.id] = _Owners(owner, session)
+            elif tag.first != owner:
+                tag.shared = True
+        if len(self.owners) > 2 * len(self.tree_core._node_arena) + 1024:
+            live = self.tree_core._node_arena
+            self.owners = {nid: t for nid, t in self.owners.items() if nid in live}
+            self.homes = {nid: h for nid, h in self.homes.items() if nid in live}
+
+    def _inherit(self, node: Any) -> _Owners | None:
+        """A split's new parent (a node first seen with a child already seen): the child's tag,
+        home and release (a split node's parts keep its owners and its levels; the child kept its id)."""
+        for child in node.children.values():
+            tag = self.owners.get(child.id)
+            if tag is not None:
+                self.owners[node.id] = copy = _Owners(tag.first, tag.session, tag.shared)
+                if child.id in self.homes:
+                    self.homes[node.id] = self.homes[child.id]
+                if child.id in self.release:
+                    self.release[node.id] = self.release[child.id]
+                return copy
+        return None
+
+    # ------------------------------------------------------------------ homes
+    def write_backup_storage(self, node_id: Any) -> None:
+        if self.placement is None or not self.enable_storage:
+            super().write_backup_storage(node_id)
+            return
+        home = self._home(node_id)
+        if home in (Home.MEMORY, Home.NONE):
+            if home is Home.NONE:
+                self.release.setdefault(node_id, True)
+            return  # NOTE: a MEMORY home is never written to storage
+        super().write_backup_storage(node_id)
+        if home is Home.SSD:
+            self.release[node_id] = True
+            self._dirty = True
+
+    def _home(self, node_id: Any) -> Home:
+        home = self.homes.get(node_id)
+        if home is not None:
+            return home
+        assert self.placement is not None
+        node = self.tree_core.node_by_id(node_id)
+        tag = self.owners.get(node_id) or self._inherit_down(node)
+        session = tag.session if tag else None
+        tokens, turns, last_reply = self.placement.stats.of(session)
+        prefix, parent = 0, node.parent
+        while parent is not None and parent.key is not None:
+            prefix, parent = prefix + len(parent.key), parent.parent
+        pool = self.cache_controller.mem_pool_host
+        view = PlacementView(
+            tokens=max(1, len(node.key)), prefix_tokens=prefix, shared=bool(tag and tag.shared),
+            session_id=session, session_tokens=tokens, session_turns=max(1, turns), last_reply_tokens=last_reply,
+            host_free_tokens=int(pool.available_size()), host_capacity_tokens=int(pool.size),
+            ssd_free_tokens=max(0, self._ssd_capacity - self._ssd_tokens), ssd_capacity_tokens=self._ssd_capacity,
+            now=time.perf_counter())
+        home = self.homes[node_id] = check_home(self.placement.policy.place(view), view)
+        if home in (Home.SSD, Home.BOTH):
+            self._ssd_tokens += len(node.key)
+        counter = self._counters[home]
+        if counter is not None:
+            counter.inc(len(node.key))
+        return home
+
+    def _inherit_down(self, node: Any) -> _Owners | None:
+        while node is not None:
+            tag = self.owners.get(node.id)
+            if tag is not None or not node.children:
+                return tag
+            node = next(iter(node.children.values()))
+        return None
+
+    # ------------------------------------------------------------- read back
+    def _handle_prefetch_result(self, operation: Any) -> Any:
+        entry = self.ongoing_prefetch.get(operation.handle)
+        out = super()._handle_prefetch_result(operation)
+        if self.placement is None or entry is None or operation.completed_tokens <= 0:
+            return out
+        anchor, key = entry[0], entry[1]
+        for node in self._walk_from(self.tree_core.node_by_id(anchor), key[:operation.completed_tokens]):
+            home = self.homes.setdefault(node.id, Home.SSD)  # NOTE: it came from SSD
+            if home is Home.SSD:
+                self.release.setdefault(node.id, False)
+        if self._restored is not None:
+            self._restored.inc(operation.completed_tokens)
+        self._dirty = True
+        return out
+
+    def _walk_from(self, node: Any, key: Any) -> list[Any]:
+        page, nodes = self.tree_core.page_size, []
+        while len(key) > 0:
+            child = node.children.get(key.child_key(page))
+            if child is None:
+                break
+            matched = child.key.match(key, page_size=page)
+            if matched == 0:
+                break
+            nodes.append(child)
+            node, key = child, key[matched:]
+        return nodes
+
+    # --------------------------------------------------------------- release
+    def check_hicache_events(self) -> None:
+        super().check_hicache_events()
+        if self.placement is None:
+            return
+        if self.release:
+            self._release_host_copies()
+        if self._dirty and time.monotonic() - self._audited_at >= AUDIT_INTERVAL_S:
+            self._audit()
+
+    def _release_host_copies(self) -> None:
+        """Free the host copy of every released-home node that no write or load still needs."""
+        core, full = self.tree_core, self._full_type()
+        in_flight = {node_id for node_id, _ in self.ongoing_backup.values()}
+        result, freed, progress = DemoteResult(), 0, True
+        while progress:  # NOTE: a parent becomes a host leaf once its children went
+            progress = False
+            for node_id, whole in list(self.release.items()):
+                node = core._node_arena.get(node_id)
+                data = None if node is None else node.component_data[full]
+                if data is None or data.host_value is None:
+                    del self.release[node_id]
+                    continue
+                if node_id in in_flight or node.write_through_pending_id is not None:
+                    continue
+                tokens = len(data.host_value)
+                if data.value is not None:
+                    if not core._can_reclaim_full_host_duplicate(node):
+                        self.release[node_id] = True  # NOTE: loaded: once off the device again it may go whole
+                        continue
+                    core._release_full_host_duplicate(node, result.tracker, result.device_frees,
+                                                      result.host_frees, cache_actions=result.cache_actions)
+                    core.full_host_duplicates.pop(node_id, None)
+                elif whole and core._is_host_leaf(node):
+                    core._evict_host_leaf(node, result.tracker, result.device_frees, result.host_frees,
+                                          cache_actions=result.cache_actions)
+                else:
+                    continue
+                del self.release[node_id]
+                freed, progress = freed + tokens, True
+        if freed:
+            self._apply_eviction_result(result)
+            if self._released is not None:
+                self._released.inc(freed)
+            self._dirty = True
+
+    def _full_type(self) -> Any:
+        from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+
+        return ComponentType.FULL
+
+    # ----------------------------------------------------------------- audit
+    def both_levels_tokens(self) -> int:
+        """Host-held tokens whose pages the storage backend holds too (``BOTH`` homes and writes in flight
+        excluded): the audit of the levels' disjointness, read from the tree and the backend."""
+        storage = self.cache_controller.storage_backend
+        if storage is None:
+            return 0
+        full, page = self._full_type(), self.tree_core.page_size
+        in_flight = {node_id for node_id, _ in self.ongoing_backup.values()}
+        total, stack = 0, list(self.tree_core.root_node.children.values())
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children.values())
+            if node.component_data[full].host_value is None or not node.hash_value:
+                continue
+            if node.id in in_flight or self.homes.get(node.id) is Home.BOTH:
+                continue
+            total += page * sum(1 for key in node.hash_value if storage.exists(key))
+        return total
+
+    def _audit(self) -> None:
+        both = self.both_levels_tokens()
+        self._dirty, self._audited_at = False, time.monotonic()
+        if self._both is not None and self._audits is not None:
+            self._both.set(both)
+            self._audits.inc()
+        if both:
+            logger.warning("switchboard tier cache: %d host-held tokens are also on SSD", both)
+
+
+_active: dict[str, Placement] = {}
+
+
+def register_tier_cache(placement: Placement) -> str:
+    """Make ``--radix-cache-backend switchboard_tier`` build a ``TierCache`` placing with
+    ``placement`` (re-entrant: a later call replaces it). Returns the backend name."""
+    from sglang.srt.mem_cache import registry
+
+    _active["placement"] = placement
+    if registry.get_radix_cache_factory(TIER_CACHE_BACKEND) is None:
+        registry.register_radix_cache_backend(TIER_CACHE_BACKEND, _build)
+    return TIER_CACHE_BACKEND
+
+
+def _build(ctx: Any) -> Any:
+    from sglang.srt.mem_cache.registry import create_unified_radix_cache
+
+    if not ctx.enable_hierarchical_cache or ctx.disable_radix_cache:
+        raise ValueError(f"the {TIER_CACHE_BACKEND} cache needs SGLang's hierarchical cache and the prefix cache")
+    ctx.params.tree_core_backend = "python"  # NOTE: the hooks read the Python core's nodes
+    cache = create_unified_radix_cache(ctx, cache_class=TierCache)
+    if cache.cache_controller is None:
+        raise ValueError(f"the {TIER_CACHE_BACKEND} cache built no HiCache controller")
+    cache.attach(_active["placement"])
+    return cache
+
+
+class TierSessions:
+    """Session facts for placements: admitted requests (``OnAdmitted``) and finished ones
+    (``ObservesFinished``, told on to a policy that learns)."""
+
+    def __init__(self, policy: TierPolicy, stats: SessionStats) -> None:
+        from policies.feedback import ObservesFinished
+
+        self.stats = stats
+        self.learns = policy if isinstance(policy, ObservesFinished) else None
+
+    def on_admitted(self, req: Any) -> None:
+        self.stats.arrived(getattr(req, "session_id", None), len(req.origin_input_ids))
+
+    def observe_finished(self, view: Any) -> None:
+        if not view.aborted:
+            self.stats.finished(view.session_id, view.num_input_tokens, view.num_output_tokens)
+        if self.learns is not None:
+            self.learns.observe_finished(view)
