@@ -10,7 +10,10 @@ with Llama-3.1-8B, at several KV pool sizes (``sim.max_total_tokens``), with
 order: shared prefix last, private histories LRU across sessions, front-first
 within) and ``penelope`` with ``position_weight_s`` > 0 (fronts of recent
 histories may go before an older history's tail), each without and with a
-host-memory tier of ``HOST_TIER_TOKENS``. One simulation at a time.
+host-memory tier of ``HOST_TIER_TOKENS``. Control rows: every built-in under
+the flag Penelope forces (no overlap scheduler, ``sim.disable_overlap_schedule``,
+charged the same way), so the verdict also says what Penelope's order adds
+beyond the flag.
 
 Recomputed tokens = prompt tokens the cache had held once but not at
 admission, prefilled again (``meta.evicted_recomputed_tokens``, the same
@@ -45,11 +48,16 @@ POSITION_WEIGHT_S = 0.001
 BUILTINS = ("lru", "lfu", "fifo", "mru", "filo", "priority", "slru")
 PENELOPE = "penelope"
 PENELOPE_W = f"penelope w={POSITION_WEIGHT_S}"
+#: Control rows: a built-in under the flags Penelope forces (``+cache=penelope``: no overlap scheduler).
+CONTROL = "{} no-overlap"
+CONTROLS = tuple((CONTROL.format(name), (f"+cache={name}", "sim.disable_overlap_schedule=true"))
+                 for name in BUILTINS)
 #: (row label, overrides choosing the cache policy)
 POLICIES = (
     *((name, (f"+cache={name}",)) for name in BUILTINS),
     (PENELOPE, ("+cache=penelope",)),
     (PENELOPE_W, ("+cache=penelope", f"cache.position_weight_s={POSITION_WEIGHT_S}")),
+    *CONTROLS,
 )
 #: Rows that also run with the host tier.
 HOST_POLICIES = ("lru", "lfu", PENELOPE, PENELOPE_W)
@@ -187,20 +195,25 @@ def render_verdict(rows: dict[Key, dict[str, Any]]) -> list[str]:
     seed and pool (lowest mean TTFT), and the 40% target where lru thrashes."""
     lines = ["## Verdict on the evaluation seeds " + ", ".join(map(str, EVAL_SEEDS)), "",
              "Per seed: the best built-in (lowest mean TTFT on that seed and pool) and Penelope's "
-             "change against it; mean and range over the seeds. Negative = Penelope is faster.", "",
+             "change against it; then the best control row (a built-in under the flag Penelope "
+             "forces: no overlap scheduler, charged as Penelope is), which isolates what the order "
+             "itself adds. Mean and range over the seeds. Negative = Penelope is faster.", "",
              "| KV pool (tokens) | policy | " + " | ".join(f"seed {s}" for s in EVAL_SEEDS)
              + " | mean | range | wins |", "|---|---|" + "---|" * (len(EVAL_SEEDS) + 3)]
     for capacity in CAPACITIES:
-        best = {s: min(BUILTINS, key=lambda b: rows[(capacity, False, s, b)]["mean"]) for s in EVAL_SEEDS}
-        lines.append(f"| {capacity:,} | best built-in (mean TTFT) | " + " | ".join(
-            f"`{best[s]}` {fmt(rows[(capacity, False, s, best[s])]['mean'], 1, 's')}" for s in EVAL_SEEDS)
-            + " | | | |")
-        for label in (PENELOPE, PENELOPE_W):
-            ch = [rows[(capacity, False, s, label)]["mean"] / rows[(capacity, False, s, best[s])]["mean"] - 1
-                  for s in EVAL_SEEDS]
-            lines.append(f"| {capacity:,} | `{label}` | " + " | ".join(f"{c:+.0%}" for c in ch)
-                         + f" | {sum(ch) / len(ch):+.0%} | {min(ch):+.0%} to {max(ch):+.0%} "
-                         f"| {sum(c < 0 for c in ch)}/{len(ch)} |")
+        controls = [CONTROL.format(b) for b in BUILTINS]
+        for what, among in (("best built-in", BUILTINS), ("best control (no overlap)", controls)):
+            best = {s: min(among, key=lambda b: rows[(capacity, False, s, b)]["mean"]) for s in EVAL_SEEDS}
+            lines.append(f"| {capacity:,} | {what} (mean TTFT) | " + " | ".join(
+                f"`{best[s]}` {fmt(rows[(capacity, False, s, best[s])]['mean'], 1, 's')}" for s in EVAL_SEEDS)
+                + " | | | |")
+            for label in (PENELOPE, PENELOPE_W):
+                ch = [rows[(capacity, False, s, label)]["mean"] / rows[(capacity, False, s, best[s])]["mean"] - 1
+                      for s in EVAL_SEEDS]
+                lines.append(f"| {capacity:,} | `{label}` vs {what.split(' (')[0]} | "
+                             + " | ".join(f"{c:+.0%}" for c in ch)
+                             + f" | {sum(ch) / len(ch):+.0%} | {min(ch):+.0%} to {max(ch):+.0%} "
+                             f"| {sum(c < 0 for c in ch)}/{len(ch)} |")
     lines += ["", f"Target: Penelope's mean TTFT >= {TARGET:.0%} below lru's at the pool where lru "
               "thrashes (the pool with lru's highest mean TTFT on that seed, no host tier):", ""]
     for label in (PENELOPE, PENELOPE_W):
