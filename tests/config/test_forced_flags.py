@@ -28,17 +28,13 @@ EXTRA = {
     ("policy", "dwise"): ["model=sdar_tiny"],
     ("adapters", "lora"): ["adapters.max_rank=8", "adapters.target_modules=[q_proj,v_proj]"],
     ("adapters", "scute"): ["adapters.max_rank=8", "adapters.target_modules=[q_proj,v_proj]"],
-    **{("tier", o): ["tier.ssd_dir=/tmp/switchboard-test-ssd", "tier.ssd_gb=0.001"]
-       for o in ("ssd_only", "exclusive", "flatcake")},
+    **{("tier", o): ["tier.ssd_dir=/tmp/switchboard-test-ssd", "tier.ssd_gb=0.001"] for o in ("ssd_only", "flatcake")},
+    ("tier", "exclusive"): ["tier.ssd_dir=/tmp/switchboard-test-ssd", "tier.ssd_gb=0.001", "tier.storage=segments"],
 }
-
-#: Options the server refuses until what they need is served (each test below says why).
-NOT_SERVED = {("tier", "exclusive")}
 
 
 def _options() -> list[tuple[str, str]]:
-    return [(g.name, o.name) for g in groups(CONFIG_NAME) if g.kind for o in g.options
-            if (g.name, o.name) not in NOT_SERVED]
+    return [(g.name, o.name) for g in groups(CONFIG_NAME) if g.kind for o in g.options]
 
 
 def _plan(*overrides: str) -> LaunchPlan:
@@ -59,12 +55,6 @@ def test_every_field_an_option_sets_is_listed_with_its_reason(group, option):
     for forced in built.forced:
         assert forced.flag.why and forced.option.startswith(f"+{group} ")
         assert f"sglang.{forced.flag.field}=" in forced.line()
-
-
-@pytest.mark.parametrize(("group", "option"), sorted(NOT_SERVED))
-def test_an_option_the_server_cannot_carry_yet_is_refused_naming_what_is_missing(group, option):
-    with pytest.raises(ConfigError, match=r"moves blocks from memory to SSD when memory evicts them.*run it in the simulator"):
-        launch_fields(_plan(f"+{group}={option}", *EXTRA[(group, option)]))
 
 
 def test_a_device_default_yields_to_an_options_need():

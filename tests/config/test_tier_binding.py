@@ -54,6 +54,14 @@ def test_flatcake_is_the_tier_cache_placing_each_block_when_it_leaves_the_device
                 "sglang.hicache_write_policy=write_through")
 
 
+def test_exclusive_is_the_tier_cache_over_a_store_that_can_forget_pages(tmp_path):
+    fields = _fields("+tier=exclusive", f"tier.ssd_dir={tmp_path}", "tier.ssd_gb=0.01", "tier.storage=segments")
+    assert fields["radix_cache_backend"] == "switchboard_tier" and fields["hicache_write_policy"] == "write_back"
+    with pytest.raises(ConfigError, match=r"invalid value for 'tier.storage': \+tier \(ExclusivePolicy\) moves a "
+                                          r"block read back from SSD up to memory"):
+        _fields("+tier=exclusive", f"tier.ssd_dir={tmp_path}", "tier.ssd_gb=0.01")
+
+
 @pytest.mark.parametrize("over, reason", [
     (["tier.ssd_dir={blocked}/ssd", "tier.ssd_gb=0.01"], r"invalid value for 'tier.ssd_dir': .*cannot be written"),
     (["tier.ssd_dir={tmp}", "tier.ssd_gb=1e9"], r"invalid value for 'tier.ssd_gb': 1000000000.0 GB does not fit"),

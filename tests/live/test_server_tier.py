@@ -1,5 +1,6 @@
-"""``+tier=ssd_only`` live on the CPU server: SSD the only level below the device (SGLang's
-``buffer_only``), in Switchboard's checked segment storage (``tier.storage=segments``).
+"""``+tier`` live on the CPU server: ``ssd_only`` (SGLang's ``buffer_only``) on Switchboard's checked
+segment storage, and the tier cache's placements, ``flatcake`` and ``exclusive`` (each test says what
+it shows).
 
 One server with a small device pool (1,024 tokens) and an SSD level in a
 temporary directory (``tier.ssd_dir``, ``tier.ssd_gb``). A prompt's KV pushed
@@ -119,6 +120,41 @@ def test_flatcake_reads_the_shared_prompt_from_memory_and_a_long_session_from_ss
     assert metric_total(url, "switchboard_tier_ssd_read_tokens_total") >= 2 * PROMPT_WORDS
     # NOTE: the audit runs in a scheduler step at most once a second after a change: a step
     # more than a second after the last change audits the final state
+    time.sleep(1.2)
+    tiers.generate(url, "tick", max_new_tokens=1)
+    time.sleep(0.2)
+    assert metric_total(url, "switchboard_tier_audits_total") >= 1
+    assert metric_total(url, "switchboard_tier_both_levels_tokens") == 0
+
+
+@pytest.fixture(scope="module")
+def exclusive(start_server, tmp_path_factory):
+    # NOTE: host memory as large as the device pool: a pushed-out prompt soon leaves it too
+    ssd = tmp_path_factory.mktemp("exclusive") / "ssd"
+    server = start_server("model.dtype=float32", "+tier=exclusive", f"tier.ssd_dir={ssd}", f"tier.ssd_gb={SSD_GB}",
+                          "tier.storage=segments", "tier.host_ratio=1", f"sglang.max_total_tokens={DEVICE_TOKENS}",
+                          "sglang.enable_cache_report=true")
+    yield server
+    server.stop()
+
+
+def test_exclusive_demotes_what_memory_evicts_and_moves_it_back_up_on_a_read(exclusive):
+    """A prompt pushed out of the device and then out of host memory was demoted to SSD on its
+    way out: its repeat reads it from storage (nothing from memory), exactly; read back, it
+    lives in memory only (the store forgot it: the audit reads 0), and pushed out again it is
+    demoted again and read back again, still exactly."""
+    url, rng = exclusive.base_url, random.Random(13)
+    prompt = tiers.fresh_text(rng, PROMPT_WORDS)
+    first = tiers.generate(url, prompt)
+    n = int(first["meta_info"]["prompt_tokens"])
+    for _ in range(2):
+        tiers.push_out(url, rng, 3 * DEVICE_TOKENS, PROMPT_WORDS)
+        repeat = tiers.generate(url, prompt)
+        came = tiers.tiers(repeat)
+        assert came["storage"] >= n - 16 and came["host"] == 0, came
+        assert repeat["text"] == first["text"]
+    assert metric_total(url, "switchboard_tier_demoted_tokens_total") >= 2 * (n - 16)
+    assert metric_total(url, "switchboard_tier_ssd_home_tokens_total") == 0  # every block starts in memory
     time.sleep(1.2)
     tiers.generate(url, "tick", max_new_tokens=1)
     time.sleep(0.2)

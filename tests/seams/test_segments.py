@@ -28,6 +28,16 @@ def test_a_write_batch_lies_contiguously_and_reads_back_in_one_range(tmp_path):
     store.check()
 
 
+def test_a_discarded_page_reads_as_absent_and_a_new_write_stores_it_again(tmp_path):
+    store = SegmentStore(str(tmp_path), max_bytes=10_000, segment_pages=8)
+    store.put(["a", "b", "c"], [page(1), page(2), page(3)])
+    assert store.discard(["b", "x"]) == 1
+    assert store.prefix(["a", "b", "c"]) == 1 and store.get(["b"]) == [None]
+    assert store.missing_pages == 1  # NOTE: read as a miss like any absent page
+    assert store.put(["b"], [page(7)]) == [True] and store.get(["a", "b", "c"]) == [page(1), page(7), page(3)]
+    store.check()
+
+
 def test_each_group_appends_to_its_own_segment(tmp_path):
     store = SegmentStore(str(tmp_path), max_bytes=10_000, segment_pages=8)
     for k in range(3):  # two sessions' writes interleaved

@@ -11,7 +11,8 @@ An option's needs pick how blocks are placed:
   ``cache`` mode, storage a superset of memory) or on SSD only (``ssd_only``:
   ``buffer_only``, memory stages reads and writes). The policy's placement
   *is* SGLang's: install builds it (checked like any option's), no hook;
-* an option that places blocks itself (sessions, segments: ``flatcake``):
+* an option that places blocks itself (sessions, segments, demotion:
+  ``flatcake``, ``exclusive``):
   the tier cache (``tier_cache.py``, radix cache backend ``switchboard_tier``)
   under ``write_back``, so each block is placed once, when it leaves the
   device (as in the simulator), with memory and SSD disjoint.
@@ -23,8 +24,9 @@ HiCache flag.
 Refused at startup, naming the field: an option that needs an SSD level
 without one; an SSD directory that cannot be created or written, or whose
 filesystem lacks ``ssd_gb`` free; SGLang's storage-directory variable pointing
-elsewhere; and an option that moves blocks between levels (``exclusive``'s
-demotion on host eviction), which runs in the simulator only for now.
+elsewhere; and an option that moves blocks between levels (``exclusive``:
+demoted on host eviction, moved up on a read) over a store that cannot forget
+pages (``tier.storage=file``).
 """
 
 from __future__ import annotations
@@ -82,13 +84,12 @@ def placed_here(needs: TierNeeds) -> bool:
     return needs.segments or needs.sessions or needs.demote
 
 
-def _servable(needs: TierNeeds, option: str) -> None:
+def _servable(needs: TierNeeds, host: TierHostConfig, option: str) -> None:
     """``ConfigError`` unless this server carries the option's placement."""
-    if needs.demote:
-        raise ConfigError(f"+tier ({option}) moves blocks from memory to SSD when memory evicts them, which "
-                          "the server does not carry yet (the tier cache places each block once); run it in "
-                          "the simulator (python -m bench ... +tier=...), or use +tier=flatcake, "
-                          "+tier=hierarchical or +tier=ssd_only")
+    if needs.demote and host.storage != "segments":
+        raise ConfigError(f"invalid value for 'tier.storage': +tier ({option}) moves a block read back from SSD "
+                          "up to memory (held once), which needs a store that can forget pages: set "
+                          "tier.storage=segments (SGLang's file storage cannot)")
 
 
 class TierBinding:
@@ -102,9 +103,9 @@ class TierBinding:
         host: TierHostConfig = spec.host_settings()
         needs: TierNeeds = spec.needs_of()
         option = spec.target.rsplit(".", 1)[-1]
-        _servable(needs, option)
         # NOTE: an option needing SSD without one is refused before (compose/compat.py)
         check_ssd_dir(host)
+        _servable(needs, host, option)
         flags = [ForcedFlag("enable_hierarchical_cache", True, "the tier is SGLang's HiCache", control=False),
                  ForcedFlag("hicache_ratio", host.host_ratio, "tier.host_ratio (host tokens per device token)",
                             control=False)]
@@ -136,7 +137,8 @@ class TierBinding:
         policy = build_policy(spec)  # NOTE: a stock mode's is only checked: SGLang places (module docs)
         if placed_here(spec.needs_of()):
             from policies.tier.sessions import SessionStats
-            from server.sglang.hicache.tier_cache import Placement, TierSessions, register_tier_cache
+            from server.sglang.hicache.tier_cache import Placement
+            from server.sglang.hicache.tier_setup import TierSessions, register_tier_cache
 
             stats = SessionStats()
             register_tier_cache(Placement(policy, stats, spec.host_settings()))

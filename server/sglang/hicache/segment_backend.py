@@ -98,6 +98,10 @@ class SegmentStorage(HiCacheStorage):  # type: ignore[misc]  # SGLang is untyped
     def batch_exists(self, keys: list[str], extra_info: HiCacheStorageExtraInfo | None = None) -> int:
         return self._store().prefix(keys)
 
+    def discard(self, keys: list[str]) -> int:
+        """Forget ``keys`` (``SegmentStore.discard``): a block moved back up to host memory."""
+        return self._store().discard(keys)
+
     def _count(self, store: SegmentStore) -> None:
         corrupt, missing = store.corrupt_pages - self._seen[0], store.missing_pages - self._seen[1]
         self._seen = (store.corrupt_pages, store.missing_pages)

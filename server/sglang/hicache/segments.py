@@ -16,6 +16,8 @@ at write and checked at every read.
   fails its digest reads as ``None``, is dropped from the index and counted
   (``missing_pages``, ``corrupt_pages``): never wrong bytes. The caller stops
   its prefix at the first ``None`` (SGLang's prefetch does).
+* ``discard``: keys leave the index (a block moved back up); their bytes stay
+  until their segment goes.
 * Capacity: past ``max_bytes`` whole segments go, oldest first (the open ones
   too when nothing else is left); their pages read as missing.
 
@@ -214,6 +216,13 @@ class SegmentStore:
                 if key not in self.index:
                     return n
         return len(keys)
+
+    def discard(self, keys: Sequence[str]) -> int:
+        """Forget ``keys`` (a block moved up to host memory: an exclusive hierarchy holds it once);
+        they read as absent from now on, their bytes stay until their segment goes. Returns
+        how many were stored."""
+        with self._lock:
+            return sum(self.index.pop(key, None) is not None for key in keys)
 
     # ---------------------------------------------------------- integrity
     def check(self) -> None:

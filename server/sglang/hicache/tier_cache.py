@@ -22,10 +22,19 @@ three hooks, registered as the radix cache backend ``switchboard_tier``:
    acknowledged ``SSD`` block's host copy is freed: the whole node when it is a host-only leaf, the host layer only when the node is
    on the device again. A block read back from storage (a prefetch) is on SSD
    already: its host copy is freed once it is on the device (never before: the
-   request is about to load it).
+   request is about to load it). A storage prefetch may anchor below a
+   prefix still on the device (``is_backuped``: SGLang's gate expects a
+   write-through prefix).
+
+4. **Demotion** (``TierNeeds.demote``, ``+tier=exclusive``): a memory-home
+   leaf that host memory evicts is first written to storage, synchronously
+   (every path that drops a host leaf goes through the tree core's
+   ``_evict_host_leaf``, wrapped on this cache's core); a block read back from
+   storage moves up to memory: its pages are discarded from the store (which
+   needs a store that can forget: ``tier.storage=segments``).
 
 What it shows (``switchboard_tier_*`` counters): tokens homed in memory and
-on SSD, host copies released, tokens read back from storage, and an audit
+on SSD, tokens demoted, host copies released, tokens read back from storage, and an audit
 gauge, ``switchboard_tier_both_levels_tokens``: host-held tokens whose pages
 storage also holds (in-flight writes and ``BOTH`` homes excluded), recomputed
 from the tree and the storage backend itself at most once a second after a
@@ -53,7 +62,6 @@ from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 from policies.tier import Home, PlacementView, TierHostConfig, TierPolicy, check_home
 from policies.tier.sessions import SessionStats
 from server.sglang.cache.metrics import prometheus_counter, prometheus_gauge
-from server.sglang.hicache.names import TIER_CACHE_BACKEND
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +85,7 @@ class Placement:
     host: TierHostConfig
 
 
+
 class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
     """SGLang's unified radix cache with a tier policy's placement (see module docs)."""
 
@@ -93,6 +102,16 @@ class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
         self._anonymous = itertools.count()
         self._ssd_tokens = 0
         self._dirty, self._audited_at = False, 0.0
+        self.demotes = bool(placement.policy.needs.demote)
+        if self.demotes:
+            evict_leaf = self.tree_core._evict_host_leaf
+
+            def demoting(node: Any, *args: Any, **kwargs: Any) -> Any:
+                self._demote_to_ssd(node)
+                return evict_leaf(node, *args, **kwargs)
+
+            # NOTE: every path that drops a host leaf's KV (SGLang's host eviction, our releases) goes here
+            self.tree_core._evict_host_leaf = demoting
         pool = self.cache_controller.mem_pool_host
         self._ssd_capacity = int(placement.host.ssd_gb * 1e9 // max(1, int(pool.size_per_token)))
         self._counters = {home: prometheus_counter(f"switchboard_tier_{home.value}_home_tokens",
@@ -100,6 +119,8 @@ class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
                           for home in Home}
         self._released = prometheus_counter("switchboard_tier_host_copies_released_tokens",
                                             "Host copies of SSD-home KV freed once on SSD (or on the device)")
+        self._demoted = prometheus_counter("switchboard_tier_demoted_tokens",
+                                           "Memory-home KV written to SSD as host memory evicted it (demote)")
         self._restored = prometheus_counter("switchboard_tier_ssd_read_tokens",
                                             "KV tokens read back from the SSD level into host memory")
         self._audits = prometheus_counter("switchboard_tier_audits", "Audits of the levels' disjointness run")
@@ -158,10 +179,14 @@ class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
             super().write_backup_storage(node_id)
             return
         home = self._home(node_id)
-        if home in (Home.MEMORY, Home.NONE):
-            if home is Home.NONE:
-                self.release.setdefault(node_id, True)
-            return  # NOTE: a MEMORY home is never written to storage
+        if home is Home.MEMORY:
+            # NOTE: never written to storage; a copy already there is stale (the block was recomputed
+            # after its last demotion or SSD home): a store that can forget drops it, as the simulator does
+            self._discard_from_ssd(self.tree_core.node_by_id(node_id))
+            return
+        if home is Home.NONE:
+            self.release.setdefault(node_id, True)
+            return
         super().write_backup_storage(node_id)
         if home is Home.SSD:
             self.release[node_id] = True
@@ -203,6 +228,19 @@ class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
         return None
 
     # ------------------------------------------------------------- read back
+    def is_backuped(self, node_id: Any) -> bool:
+        """SGLang's scheduler asks this of a match's anchor before it prefetches from storage
+        (``Scheduler._prefetch_kvcache``; nothing else in the scheduler asks it).
+
+        NOTE: stock cache mode writes through, so an anchor that is not backed up means a miss.
+        Under ``write_back`` a node still on the device is not backed up, yet its pages' keys (a
+        hash chain from the root, set when the node was made) are known and its continuation may
+        be on SSD: a device anchor with keys is a valid anchor (SGLang pins a device-only anchor
+        under ``write_back``, and a prefetched block is a host-only child, as an evicted leaf is)."""
+        if super().is_backuped(node_id):
+            return True
+        return self.placement is not None and self.tree_core.get_last_hash_value(node_id) is not None
+
     def _handle_prefetch_result(self, operation: Any) -> Any:
         entry = self.ongoing_prefetch.get(operation.handle)
         out = super()._handle_prefetch_result(operation)
@@ -211,8 +249,11 @@ class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
         anchor, key = entry[0], entry[1]
         for node in self._walk_from(self.tree_core.node_by_id(anchor), key[:operation.completed_tokens]):
             home = self.homes.setdefault(node.id, Home.SSD)  # NOTE: it came from SSD
-            if home is Home.SSD:
+            if home is Home.SSD and not self.demotes:
                 self.release.setdefault(node.id, False)
+            elif home is Home.SSD:
+                # NOTE: exclusive: the block moves up to memory (a move, not a copy): its SSD copy goes
+                self._discard_from_ssd(node)
         if self._restored is not None:
             self._restored.inc(operation.completed_tokens)
         self._dirty = True
@@ -230,6 +271,37 @@ class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
             nodes.append(child)
             node, key = child, key[matched:]
         return nodes
+
+    # ---------------------------------------------------------------- demote
+    def _demote_to_ssd(self, node: Any) -> None:
+        """Write a memory-home leaf's pages to storage before host memory drops them (``needs.demote``).
+
+        NOTE: synchronous: the backup thread reads host pages later, and a freed page may hold
+        another block's KV by then (the digest, taken at write, would not catch it)."""
+        if self.homes.get(node.id) is not Home.MEMORY or not node.hash_value:
+            return
+        storage, full = self.cache_controller.storage_backend, self._full_type()
+        host = node.component_data[full].host_value
+        if storage is None or host is None:
+            return
+        pool = getattr(self.cache_controller, "storage_host_pool", None) or self.cache_controller.mem_pool_host
+        page = self.tree_core.page_size
+        pages = [pool.get_data_page(int(host[i * page]), flat=True) for i in range(len(node.hash_value))]
+        if storage.batch_set(list(node.hash_value), pages):
+            self.homes[node.id] = Home.SSD
+            self._ssd_tokens += len(node.key)
+            if self._demoted is not None:
+                self._demoted.inc(len(node.key))
+            self._dirty = True
+
+    def _discard_from_ssd(self, node: Any) -> None:
+        """Forget ``node``'s pages on SSD (a store without ``discard`` keeps them: the audit counts them);
+        the block's home is memory from now on."""
+        discard = getattr(self.cache_controller.storage_backend, "discard", None)
+        if discard is not None and node.hash_value:
+            discard(list(node.hash_value))
+            self.homes[node.id] = Home.MEMORY
+            self._dirty = True
 
     # --------------------------------------------------------------- release
     def check_hicache_events(self) -> None:
@@ -291,6 +363,7 @@ class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
             return 0
         full, page = self._full_type(), self.tree_core.page_size
         in_flight = {node_id for node_id, _ in self.ongoing_backup.values()}
+        self._offenders: list[str] = []
         total, stack = 0, list(self.tree_core.root_node.children.values())
         while stack:
             node = stack.pop()
@@ -299,7 +372,12 @@ class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
                 continue
             if node.id in in_flight or self.homes.get(node.id) is Home.BOTH:
                 continue
-            total += page * sum(1 for key in node.hash_value if storage.exists(key))
+            held = page * sum(1 for key in node.hash_value if storage.exists(key))
+            if held and len(self._offenders) < 3:
+                self._offenders.append(f"node {node.id} ({len(node.key)} tokens, home "
+                                       f"{getattr(self.homes.get(node.id), 'value', None)}, "
+                                       f"{'host only' if node.evicted else 'on the device too'})")
+            total += held
         return total
 
     def _audit(self) -> None:
@@ -309,51 +387,5 @@ class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
             self._both.set(both)
             self._audits.inc()
         if both:
-            logger.warning("switchboard tier cache: %d host-held tokens are also on SSD", both)
-
-
-_active: dict[str, Placement] = {}
-
-
-def register_tier_cache(placement: Placement) -> str:
-    """Make ``--radix-cache-backend switchboard_tier`` build a ``TierCache`` placing with
-    ``placement`` (re-entrant: a later call replaces it). Returns the backend name."""
-    from sglang.srt.mem_cache import registry
-
-    _active["placement"] = placement
-    if registry.get_radix_cache_factory(TIER_CACHE_BACKEND) is None:
-        registry.register_radix_cache_backend(TIER_CACHE_BACKEND, _build)
-    return TIER_CACHE_BACKEND
-
-
-def _build(ctx: Any) -> Any:
-    from sglang.srt.mem_cache.registry import create_unified_radix_cache
-
-    if not ctx.enable_hierarchical_cache or ctx.disable_radix_cache:
-        raise ValueError(f"the {TIER_CACHE_BACKEND} cache needs SGLang's hierarchical cache and the prefix cache")
-    ctx.params.tree_core_backend = "python"  # NOTE: the hooks read the Python core's nodes
-    cache = create_unified_radix_cache(ctx, cache_class=TierCache)
-    if cache.cache_controller is None:
-        raise ValueError(f"the {TIER_CACHE_BACKEND} cache built no HiCache controller")
-    cache.attach(_active["placement"])
-    return cache
-
-
-class TierSessions:
-    """Session facts for placements: admitted requests (``OnAdmitted``) and finished ones
-    (``ObservesFinished``, told on to a policy that learns)."""
-
-    def __init__(self, policy: TierPolicy, stats: SessionStats) -> None:
-        from policies.feedback import ObservesFinished
-
-        self.stats = stats
-        self.learns = policy if isinstance(policy, ObservesFinished) else None
-
-    def on_admitted(self, req: Any) -> None:
-        self.stats.arrived(getattr(req, "session_id", None), len(req.origin_input_ids))
-
-    def observe_finished(self, view: Any) -> None:
-        if not view.aborted:
-            self.stats.finished(view.session_id, view.num_input_tokens, view.num_output_tokens)
-        if self.learns is not None:
-            self.learns.observe_finished(view)
+            logger.warning("switchboard tier cache: %d host-held tokens are also on SSD: %s", both,
+                           "; ".join(self._offenders))

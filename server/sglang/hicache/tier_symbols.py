@@ -39,6 +39,8 @@ TIER_SYMBOLS: tuple[HookedSymbol, ...] = (
     HookedSymbol(f"{_MC}.unified_cache.unified_tree_core_interface.DemoteResult"),
     HookedSymbol(f"{_MC}.unified_cache.component_type.ComponentType.FULL"),
     HookedSymbol(f"{CACHE}.insert", ("self", "params")),
+    HookedSymbol(f"{CACHE}.is_backuped", ("self", "node_id")),
+    HookedSymbol("sglang.srt.managers.scheduler.Scheduler._prefetch_kvcache", ("self", "req", "storage_hit_end")),
     HookedSymbol(f"{CACHE}.checkpoint_into_tree", ("self", "req", "up_to", "kwargs")),
     HookedSymbol(f"{CACHE}.write_backup_storage", ("self", "node_id")),
     HookedSymbol(f"{CACHE}.check_hicache_events", ("self",)),

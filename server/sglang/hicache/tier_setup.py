@@ -1,0 +1,70 @@
+"""The tier cache's setup in SGLang's scheduler process: what it places with, and its registration.
+
+* ``TierSessions``: keeps ``SessionStats`` from admitted requests (the
+  scheduler's ``OnAdmitted`` event) and finished ones (``ObservesFinished``),
+  and tells a policy that learns;
+* ``register_tier_cache``: ``--radix-cache-backend switchboard_tier`` builds a
+  ``TierCache`` (``tier_cache.py``) through SGLang's own unified-cache factory,
+  with the Python tree core forced (the cache reads its nodes).
+
+The binding's ``install`` calls them (``binding.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from policies.feedback import FinishedView, ObservesFinished
+from policies.tier import TierPolicy
+from policies.tier.sessions import SessionStats
+from server.sglang.hicache.names import TIER_CACHE_BACKEND
+from server.sglang.hicache.tier_cache import Placement, TierCache
+
+_active: dict[str, Placement] = {}
+
+
+def register_tier_cache(placement: Placement) -> str:
+    """Make ``--radix-cache-backend switchboard_tier`` build a ``TierCache`` placing with
+    ``placement`` (re-entrant: a later call replaces it). Returns the backend name."""
+    from sglang.srt.managers.scheduler import Scheduler
+    from sglang.srt.mem_cache import registry
+
+    # NOTE: TierCache.is_backuped relaxes the scheduler's prefetch gate: it must still be asked there
+    if "is_backuped" not in Scheduler._prefetch_kvcache.__code__.co_names:
+        raise RuntimeError("switchboard: SGLang's Scheduler._prefetch_kvcache no longer asks is_backuped; "
+                           "the tier cache's prefetch below a device prefix is unchecked (hicache/tier_cache.py)")
+    _active["placement"] = placement
+    if registry.get_radix_cache_factory(TIER_CACHE_BACKEND) is None:
+        registry.register_radix_cache_backend(TIER_CACHE_BACKEND, _build)
+    return TIER_CACHE_BACKEND
+
+
+def _build(ctx: Any) -> Any:
+    from sglang.srt.mem_cache.registry import create_unified_radix_cache
+
+    if not ctx.enable_hierarchical_cache or ctx.disable_radix_cache:
+        raise ValueError(f"the {TIER_CACHE_BACKEND} cache needs SGLang's hierarchical cache and the prefix cache")
+    ctx.params.tree_core_backend = "python"  # NOTE: the hooks read the Python core's nodes
+    cache = create_unified_radix_cache(ctx, cache_class=TierCache)
+    if cache.cache_controller is None:
+        raise ValueError(f"the {TIER_CACHE_BACKEND} cache built no HiCache controller")
+    cache.attach(_active["placement"])
+    return cache
+
+
+class TierSessions:
+    """Session facts for placements: admitted requests (``OnAdmitted``) and finished ones
+    (``ObservesFinished``, told on to a policy that learns)."""
+
+    def __init__(self, policy: TierPolicy, stats: SessionStats) -> None:
+        self.stats = stats
+        self.learns = policy if isinstance(policy, ObservesFinished) else None
+
+    def on_admitted(self, req: Any) -> None:
+        self.stats.arrived(getattr(req, "session_id", None), len(req.origin_input_ids))
+
+    def observe_finished(self, view: FinishedView) -> None:
+        if not view.aborted:
+            self.stats.finished(view.session_id, view.num_input_tokens, view.num_output_tokens)
+        if self.learns is not None:
+            self.learns.observe_finished(view)
