@@ -93,11 +93,12 @@ def flatcake(start_server, flat_dir):
     server.stop()
 
 
-def test_flatcake_reads_the_shared_prompt_from_memory_and_a_long_session_from_ssd_exactly(flatcake):
+def test_flatcake_reads_the_shared_prompt_from_memory_and_a_long_session_from_ssd_exactly(flatcake, flat_dir):
     """Two sessions share a system prompt: it is homed in memory; each session's own turn is
     predicted long and homed on SSD. Pushed out of the device, a repeat reads the prompt back
     from host memory and its own part from storage, answers as computed from nothing, and no
-    block stays in both levels (the audit reads the tree and the storage backend)."""
+    block stays in both levels (the audit reads the tree and the storage backend); each session's
+    blocks lie in its own segment."""
     url, rng = flatcake.base_url, random.Random(11)
     system = tiers.fresh_text(rng, 100)
     turns = {s: f"{system} {tiers.fresh_text(rng, PROMPT_WORDS)}" for s in ("a", "b")}
@@ -113,6 +114,8 @@ def test_flatcake_reads_the_shared_prompt_from_memory_and_a_long_session_from_ss
         assert came["device"] <= 4 and shared - 16 <= came["host"] <= shared + 16, came
         assert came["storage"] >= n - shared - 32, came
         assert repeat["text"] == first[s]["text"]
+    # NOTE: only the two sessions' turns went to SSD, each to its own segment (the flood homed in memory)
+    assert len([p for p in flat_dir.rglob("*.seg") if p.is_file()]) == 2
 
     assert metric_total(url, "switchboard_tier_memory_home_tokens_total") >= shared - 16
     assert metric_total(url, "switchboard_tier_ssd_home_tokens_total") >= 2 * PROMPT_WORDS

@@ -84,3 +84,24 @@ def test_the_storage_choice_is_refused_naming_the_field_when_unknown(tmp_path, s
 
     with pytest.raises(ConfigError, match=r"invalid value for 'tier.storage': must be one of file, segments"):
         resolve(compose([*over, "tier.storage=disk"]))
+
+
+def test_a_sessions_pages_go_to_its_own_segments_when_grouped(tmp_path):
+    """The tier cache names a block's session before SGLang's backup thread writes it: two
+    sessions' writes interleaved still lie in one run per session, read back in one range each."""
+    backend = _backend(tmp_path, segment_tokens=64)
+    pages = _pages(6)
+    for k in range(3):
+        backend.group([f"a{k}"], "session-a")
+        backend.group([f"b{k}"], "session-b")
+    for k in range(3):
+        backend.batch_set([f"a{k}"], [pages[k]])
+        backend.batch_set([f"b{k}"], [pages[3 + k]])
+    reads = backend.store.range_reads
+    out = [torch.zeros_like(p) for p in pages[:3]]
+    backend.batch_get(["a0", "a1", "a2"], out)
+    assert backend.store.range_reads == reads + 1 and all(torch.equal(o, p) for o, p in zip(out, pages[:3]))
+    assert len(backend.store.sizes) == 2 and not backend._groups  # written: nothing pending
+    # ungrouped pages keep one shared stream
+    backend.batch_set(["x"], [pages[0]])
+    assert len(backend.store.sizes) == 3

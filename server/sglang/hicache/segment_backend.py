@@ -12,7 +12,9 @@ stops a prefetch at the first page it gets back as ``None``.
 What it adds to SGLang's ``file`` storage (one file per page, no checksum: a
 damaged file loads as KV): the pages of one write batch lie contiguously in
 append-only segments and consecutive pages load with one read; every page is
-checked against the digest taken at write, so a damaged or missing page is a
+checked against the digest taken at write; with the tier cache placing
+(``+tier=flatcake``), a session's pages go to that session's own segments
+(``group``); a damaged or missing page is a
 miss (the prefix stops, the rest is recomputed) and counted
 (``switchboard_tier_corrupt_pages``, ``switchboard_tier_missing_pages``).
 
@@ -35,6 +37,9 @@ from server.sglang.hicache.segments import SegmentStore
 
 logger = logging.getLogger(__name__)
 
+#: Page keys waiting for their session's segment at most (``SegmentStorage.group``).
+MAX_PENDING = 1 << 20
+
 
 class SegmentStorage(HiCacheStorage):  # type: ignore[misc]  # SGLang is untyped
     """HiCache storage over a ``SegmentStore`` (see module docs)."""
@@ -52,6 +57,8 @@ class SegmentStorage(HiCacheStorage):  # type: ignore[misc]  # SGLang is untyped
         self._missing = prometheus_counter("switchboard_tier_missing_pages",
                                            "Stored KV pages gone or short at read: read as misses")
         self._seen = (0, 0)
+        self._groups: dict[str, str] = {}
+        """Page key -> the session whose segment it goes to (``group``), until it is written."""
 
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
         super().register_mem_pool_host(mem_pool_host)
@@ -73,7 +80,19 @@ class SegmentStorage(HiCacheStorage):  # type: ignore[misc]  # SGLang is untyped
     def batch_set(self, keys: list[str], values: Any = None, target_locations: Any = None,
                   target_sizes: Any = None) -> bool:
         pages = [v.contiguous().view(torch.uint8).numpy().tobytes() for v in values]
-        return all(self._store().put(keys, pages))
+        groups = [self._groups.pop(key, None) for key in keys]
+        return all(self._store().put(keys, pages, group=groups[0] if groups else None))
+
+    def group(self, keys: list[str], session: str) -> None:
+        """Send ``keys``' pages, when SGLang's backup thread writes them, to ``session``'s own
+        segments, so a session's blocks lie together (the tier cache calls it before it asks for
+        the write).
+
+        NOTE: a key's entry goes when its page is written; past ``MAX_PENDING`` entries (writes
+        that never came) the table starts over: a page written later goes to the shared stream."""
+        if len(self._groups) > MAX_PENDING:
+            self._groups.clear()
+        self._groups.update(dict.fromkeys(keys, session))
 
     # ------------------------------------------------------------- reads
     def get(self, key: str, target_location: Any = None, target_sizes: Any = None) -> torch.Tensor | None:

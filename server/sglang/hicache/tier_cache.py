@@ -187,10 +187,21 @@ class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
         if home is Home.NONE:
             self.release.setdefault(node_id, True)
             return
+        if home is Home.SSD:
+            self._group_by_session(node_id)
         super().write_backup_storage(node_id)
         if home is Home.SSD:
             self.release[node_id] = True
             self._dirty = True
+
+    def _group_by_session(self, node_id: Any) -> None:
+        """Tell a store that groups pages (``segment_backend.SegmentStorage.group``) whose session
+        this SSD block's pages belong to: a session's blocks lie together in its own segments."""
+        group = getattr(self.cache_controller.storage_backend, "group", None)
+        tag = self.owners.get(node_id)
+        node = self.tree_core.node_by_id(node_id)
+        if group is not None and tag is not None and tag.session is not None and node.hash_value:
+            group(list(node.hash_value), tag.session)
 
     def _home(self, node_id: Any) -> Home:
         home = self.homes.get(node_id)
