@@ -37,8 +37,8 @@ What it shows (``switchboard_tier_*`` counters): tokens homed in memory and
 on SSD, tokens demoted, host copies released, tokens read back from storage, and an audit
 gauge, ``switchboard_tier_both_levels_tokens``: host-held tokens whose pages
 storage also holds (in-flight writes and ``BOTH`` homes excluded), recomputed
-from the tree and the storage backend itself at most once a second after a
-change. It is 0 when memory and SSD are disjoint.
+from the tree and the storage backend itself after a change, at most once a
+second and at most 1% of the scheduler's time. It is 0 when memory and SSD are disjoint.
 
 NOTE (invariants): a node's home is decided once (``homes``); a ``MEMORY``
 home is never written to storage; an ``SSD`` home's host copy is only a copy
@@ -67,6 +67,8 @@ logger = logging.getLogger(__name__)
 
 #: The audit runs at most this often (seconds), after something changed.
 AUDIT_INTERVAL_S = 1.0
+#: ... and at most this share of the scheduler's time: the next audit waits this many times the last one's duration.
+AUDIT_COST_RATIO = 100.0
 
 
 @dataclass
@@ -101,7 +103,7 @@ class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
         self._owner: tuple[str | None, str] | None = None
         self._anonymous = itertools.count()
         self._ssd_tokens = 0
-        self._dirty, self._audited_at = False, 0.0
+        self._dirty, self._audited_at, self._audit_every = False, 0.0, AUDIT_INTERVAL_S
         self.demotes = bool(placement.policy.needs.demote)
         if self.demotes:
             evict_leaf = self.tree_core._evict_host_leaf
@@ -321,7 +323,7 @@ class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
             return
         if self.release:
             self._release_host_copies()
-        if self._dirty and time.monotonic() - self._audited_at >= AUDIT_INTERVAL_S:
+        if self._dirty and time.monotonic() - self._audited_at >= self._audit_every:
             self._audit()
 
     def _release_host_copies(self) -> None:
@@ -392,8 +394,12 @@ class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
         return total
 
     def _audit(self) -> None:
+        start = time.monotonic()
         both = self.both_levels_tokens()
         self._dirty, self._audited_at = False, time.monotonic()
+        # NOTE: a big tree (or a store whose exists() is a file lookup) audits less often, never
+        # more than 1/AUDIT_COST_RATIO of the scheduler's time
+        self._audit_every = max(AUDIT_INTERVAL_S, AUDIT_COST_RATIO * (self._audited_at - start))
         if self._both is not None and self._audits is not None:
             self._both.set(both)
             self._audits.inc()
