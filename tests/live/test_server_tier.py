@@ -36,7 +36,9 @@ def ssd_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("tier") / "ssd"
 
 
-@pytest.fixture(scope="module")
+# NOTE: each server serves one test and stops after it (function scope): three HiCache servers alive
+# at once, beside the other test worker's, left less host memory than SGLang keeps free (10 GiB)
+@pytest.fixture
 def server(start_server, ssd_dir):
     server = start_server("model.dtype=float32", "+tier=ssd_only", f"tier.ssd_dir={ssd_dir}", f"tier.ssd_gb={SSD_GB}",
                           "tier.storage=segments", f"sglang.max_total_tokens={DEVICE_TOKENS}",
@@ -83,7 +85,7 @@ def flat_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("flatcake") / "ssd"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def flatcake(start_server, flat_dir):
     # NOTE: a session predicted past 256 tokens lives on SSD; host memory holds 16x the device pool
     server = start_server("model.dtype=float32", "+tier=flatcake", f"tier.ssd_dir={flat_dir}", f"tier.ssd_gb={SSD_GB}",
@@ -130,7 +132,7 @@ def test_flatcake_reads_the_shared_prompt_from_memory_and_a_long_session_from_ss
     assert metric_total(url, "switchboard_tier_both_levels_tokens") == 0
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def exclusive(start_server, tmp_path_factory):
     # NOTE: host memory as large as the device pool: a pushed-out prompt soon leaves it too
     ssd = tmp_path_factory.mktemp("exclusive") / "ssd"

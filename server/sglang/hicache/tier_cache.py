@@ -87,7 +87,6 @@ class Placement:
     host: TierHostConfig
 
 
-
 class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
     """SGLang's unified radix cache with a tier policy's placement (see module docs)."""
 
