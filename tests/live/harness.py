@@ -144,3 +144,18 @@ def assert_tenants_share_nothing(hits: dict[str, int]) -> None:
     """``tenant_cache_hits``: a tenant's repeat hits; nobody else's request does."""
     assert hits["a"] == 0 and hits["a_again"] > 0, hits
     assert hits["b"] == 0 and hits["unsalted"] == 0, hits
+
+
+#: What SGLang leaves free besides a HiCache host pool (``pool_host.base.HICACHE_HOST_MEMORY_RESERVE_BYTES``).
+HICACHE_RESERVE_BYTES = 10 * 1024**3
+
+
+def wait_for_hicache_room(pool_bytes: float, timeout: float = 300) -> None:
+    """Wait until SGLang would grant a ``pool_bytes`` HiCache host pool on this machine.
+
+    NOTE: SGLang refuses the pool at startup unless 10 GiB of RAM stay free besides it; on a
+    24 GiB test machine the other pytest worker (a server, a simulation's process pool) can hold
+    that for a while. Waiting for it is the harness's part; failing after ``timeout`` names it."""
+    need = HICACHE_RESERVE_BYTES + pool_bytes + 2 * 1024**3  # NOTE: the server's own processes start first
+    wait_for(lambda: psutil.virtual_memory().available >= need, timeout=timeout,
+             what=f"{need / 1024**3:.1f} GiB of available host memory (SGLang's HiCache reserve + the pool)")

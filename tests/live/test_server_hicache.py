@@ -19,6 +19,7 @@ import pytest
 
 from bench.live import tiers
 from bench.live.faults import healthy
+from tests.live.harness import wait_for_hicache_room
 
 pytestmark = pytest.mark.server
 
@@ -34,6 +35,7 @@ def storage_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(start_server, storage_dir):
+    wait_for_hicache_room(tiers.host_tokens(DEVICE_TOKENS) * 46_080)  # NOTE: the default model's KV bytes/token, f32
     server = start_server(*tiers.hicache_overrides(storage_dir, DEVICE_TOKENS))
     yield server
     server.stop()

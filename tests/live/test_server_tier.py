@@ -23,12 +23,15 @@ import pytest
 
 from bench.live import tiers
 from bench.live.chat import metric_total
+from tests.live.harness import wait_for_hicache_room
 
 pytestmark = pytest.mark.server
 
 DEVICE_TOKENS = 1024
 PROMPT_WORDS = 300
 SSD_GB = 1.0
+#: The default model's KV bytes per token in float32 (30 layers x 3 KV heads x 64 x 2 x 4 bytes).
+KV_BYTES = 46_080
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +43,7 @@ def ssd_dir(tmp_path_factory):
 # at once, beside the other test worker's, left less host memory than SGLang keeps free (10 GiB)
 @pytest.fixture
 def server(start_server, ssd_dir):
+    wait_for_hicache_room(2 * DEVICE_TOKENS * KV_BYTES)
     server = start_server("model.dtype=float32", "+tier=ssd_only", f"tier.ssd_dir={ssd_dir}", f"tier.ssd_gb={SSD_GB}",
                           "tier.storage=segments", f"sglang.max_total_tokens={DEVICE_TOKENS}",
                           "sglang.enable_cache_report=true")
@@ -88,6 +92,7 @@ def flat_dir(tmp_path_factory):
 @pytest.fixture
 def flatcake(start_server, flat_dir):
     # NOTE: a session predicted past 256 tokens lives on SSD; host memory holds 16x the device pool
+    wait_for_hicache_room(16 * DEVICE_TOKENS * KV_BYTES)
     server = start_server("model.dtype=float32", "+tier=flatcake", f"tier.ssd_dir={flat_dir}", f"tier.ssd_gb={SSD_GB}",
                           "tier.storage=segments", "tier.ssd_session_tokens=256", "tier.host_ratio=16",
                           f"sglang.max_total_tokens={DEVICE_TOKENS}", "sglang.enable_cache_report=true")
@@ -136,6 +141,7 @@ def test_flatcake_reads_the_shared_prompt_from_memory_and_a_long_session_from_ss
 def exclusive(start_server, tmp_path_factory):
     # NOTE: host memory as large as the device pool: a pushed-out prompt soon leaves it too
     ssd = tmp_path_factory.mktemp("exclusive") / "ssd"
+    wait_for_hicache_room(DEVICE_TOKENS * KV_BYTES)
     server = start_server("model.dtype=float32", "+tier=exclusive", f"tier.ssd_dir={ssd}", f"tier.ssd_gb={SSD_GB}",
                           "tier.storage=segments", "tier.host_ratio=1", f"sglang.max_total_tokens={DEVICE_TOKENS}",
                           "sglang.enable_cache_report=true")
