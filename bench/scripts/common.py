@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import subprocess
+import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime
@@ -39,6 +40,25 @@ def run_rows(name: str, keys: list[K], run: Callable[[K, Path], dict[str, Any]],
         runs = zip(keys, pool.map(run, keys, [results] * len(keys)))
         done = [r for _, r in track(runs, name, total=len(keys), unit="run", label=lambda kr: describe(kr[0]))]
     return dict(zip(keys, done))
+
+
+def sweep_main(name: str, doc: str, keys: Callable[[], list[K]], run: Callable[[K, Path], dict[str, Any]],
+               describe: Callable[[K], str], summary: Callable[[dict[str, Any]], str],
+               render: Callable[[dict[K, dict[str, Any]], float], str]) -> None:
+    """A sweep script's command line: ``--out``/``--results`` (``add_output_args``) and ``--jobs``;
+    stamps the commit before any work, runs every key (``run_rows``), prints
+    ``describe(key): summary(row)`` per row and writes ``render(rows, wall seconds)`` to ``--out``."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    add_output_args(ap, name, name)
+    ap.add_argument("--jobs", type=int, default=2, help="simulations run at once (default 2)")
+    args = ap.parse_args()
+    git_commit()  # NOTE: stamps the run now (cached), before any work
+    t0 = time.perf_counter()
+    rows = run_rows(name, keys(), run, args.results, args.jobs, describe)
+    for key, r in rows.items():
+        print(f"{describe(key)}: {summary(r)}")
+    args.out.write_text(render(rows, time.perf_counter() - t0))
+    print(f"wrote {args.out}")
 
 
 #: The code and configs that make a table; not the committed tables themselves

@@ -23,8 +23,6 @@ path (``meta.gap_recomputed_tokens``).
 
 from __future__ import annotations
 
-import argparse
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,7 +31,7 @@ from bench.config import compose_bench, resolve_bench
 from bench.report import fmt
 from bench.run import run_bench
 from bench.scripts.baselines import COMMON
-from bench.scripts.common import add_output_args, git_commit, run_rows
+from bench.scripts.common import git_commit, sweep_main
 
 SESSION_RATE = 0.005
 SESSIONS = 120
@@ -116,19 +114,10 @@ def _run(key: Key, results: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_output_args(ap, "penelope", "penelope")
-    ap.add_argument("--jobs", type=int, default=2, help="simulations run at once (default 2)")
-    args = ap.parse_args()
-    git_commit()  # NOTE: stamps the run now (cached), before any work
-    t0 = time.perf_counter()
-    keys = jobs()
-    rows = run_rows("penelope", keys, _run, args.results, args.jobs, describe)
-    for key, r in rows.items():
-        print(f"{describe(key)}: TTFT mean {r['mean']:.2f} "
-              f"p50 {r['p50']:.2f} p99 {r['p99']:.2f} recomputed {r['recomputed']} ({r['wall_s']:.0f} s)")
-    args.out.write_text(render(rows, time.perf_counter() - t0))
-    print(f"wrote {args.out}")
+    sweep_main("penelope", __doc__, jobs, _run, describe,
+               lambda r: f"TTFT mean {r['mean']:.2f} p50 {r['p50']:.2f} p99 {r['p99']:.2f} "
+                         f"recomputed {r['recomputed']} ({r['wall_s']:.0f} s)",
+               render)
 
 
 def render(rows: dict[Key, dict[str, Any]], wall_s: float) -> str:

@@ -25,8 +25,6 @@ Tuning: FlatCake's ``ssd_session_tokens`` was chosen on session-start seed 0
 
 from __future__ import annotations
 
-import argparse
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from statistics import fmean
@@ -36,7 +34,7 @@ from bench.config import compose_bench, resolve_bench
 from bench.report import fmt
 from bench.run import run_bench
 from bench.scripts.baselines import COMMON
-from bench.scripts.common import add_output_args, git_commit, run_rows
+from bench.scripts.common import git_commit, sweep_main
 
 SESSIONS = 120
 #: Session starts per second: the four loads.
@@ -99,19 +97,9 @@ def describe(key: Key) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_output_args(ap, "tiers", "tiers")
-    ap.add_argument("--jobs", type=int, default=2, help="simulations run at once (default 2)")
-    args = ap.parse_args()
-    git_commit()  # NOTE: stamps the run now (cached), before any work
-    t0 = time.perf_counter()
-    keys = jobs()
-    rows = run_rows("tiers", keys, run_one, args.results, args.jobs, describe)
-    for key, r in rows.items():
-        print(f"{describe(key)}: reuse {r['reuse']:.3f} TTFT mean {r['mean']:.2f} p99 {r['p99']:.2f} "
-              f"({r['wall_s']:.0f} s)")
-    args.out.write_text(render(rows, time.perf_counter() - t0))
-    print(f"wrote {args.out}")
+    sweep_main("tiers", __doc__, jobs, run_one, describe,
+               lambda r: f"reuse {r['reuse']:.3f} TTFT mean {r['mean']:.2f} p99 {r['p99']:.2f} ({r['wall_s']:.0f} s)",
+               render)
 
 
 def render(rows: dict[Key, dict[str, Any]], wall_s: float) -> str:

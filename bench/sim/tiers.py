@@ -17,8 +17,8 @@
   memory (one read per contiguous run of ``tier.segment_tokens`` of one
   session with ``TierNeeds.segments``, else one per ``sim.ssd_page_tokens``
   page), then copies every restored token to the device.
-* ``TierSeam``: keeps ``SessionStats`` from arrivals and finished requests,
-  and tells a policy that learns of each finished request.
+* ``TierSeam``: keeps ``SessionStats`` from arrivals and, as its
+  ``SessionFeedback``, from finished requests, telling a policy that learns.
 * ``BINDING``: ``+tier`` in the simulator.
 
 NOTE: nothing here reads a clock of its own: times are the simulator's ``now``.
@@ -32,9 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from bench.sim.binding import Scope, SimParts
 from compose.specs import build_policy
-from policies.feedback import FinishedView, ObservesFinished
 from policies.tier import Home, PlacementView, TierHostConfig, TierPolicy, check_home
-from policies.tier.sessions import SessionStats
+from policies.tier.sessions import SessionFeedback, SessionStats
 from radix.host import HostTier
 from radix.node import Node
 from radix.tiers import Placer, TieredHost
@@ -165,13 +164,12 @@ SSD_READS = "tier_ssd_reads"
 SSD_WRITTEN = "tier_ssd_written_tokens"
 
 
-class TierSeam:
-    """Session facts for placements, from arrivals (``TagsArrival``) and finished requests;
-    the levels' counters (``CountsWork``)."""
+class TierSeam(SessionFeedback):
+    """Session facts for placements, from arrivals (``TagsArrival``) and finished requests
+    (``SessionFeedback``); the levels' counters (``CountsWork``)."""
 
     def __init__(self, stats: SessionStats, policy: TierPolicy, levels: TierLevels | None = None) -> None:
-        self.stats = stats
-        self.learns = policy if isinstance(policy, ObservesFinished) else None
+        super().__init__(stats, policy)
         self.levels = levels
 
     def counters(self) -> dict[str, int]:
@@ -183,12 +181,6 @@ class TierSeam:
 
     def tag(self, r: SimRequest) -> None:
         self.stats.arrived(r.trace.session_id, r.input_len)
-
-    def observe_finished(self, view: FinishedView) -> None:
-        if not view.aborted:
-            self.stats.finished(view.session_id, view.num_input_tokens, view.num_output_tokens)
-        if self.learns is not None:
-            self.learns.observe_finished(view)
 
 
 class _TierBinding:

@@ -1,7 +1,8 @@
 """What a host knows of each session when it places a block: the facts behind ``PlacementView``.
 
 Both hosts keep one ``SessionStats`` from the requests they have seen arrive
-and finish, nothing later: the simulator from its arrivals and finished
+and finish, nothing later (finished ones through ``SessionFeedback``, which
+also tells a policy that learns): the simulator from its arrivals and finished
 requests (``bench/sim/tiers.py``), the server from SGLang's admitted and
 finished requests (``server/sglang/hicache/tier_cache.py``).
 
@@ -11,6 +12,9 @@ NOTE: pure (no clock): it only counts what it is told.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from policies.feedback import FinishedView, ObservesFinished
+from policies.tier import TierPolicy
 
 
 @dataclass
@@ -53,3 +57,18 @@ class SessionStats:
 
     def __len__(self) -> int:
         return len(self._seen)
+
+
+class SessionFeedback:
+    """Keeps ``stats`` from finished requests and tells ``policy`` of each one when it learns
+    (``ObservesFinished``); each host adds how it hears of arrivals."""
+
+    def __init__(self, stats: SessionStats, policy: TierPolicy) -> None:
+        self.stats = stats
+        self.learns = policy if isinstance(policy, ObservesFinished) else None
+
+    def observe_finished(self, view: FinishedView) -> None:
+        if not view.aborted:
+            self.stats.finished(view.session_id, view.num_input_tokens, view.num_output_tokens)
+        if self.learns is not None:
+            self.learns.observe_finished(view)

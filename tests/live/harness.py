@@ -148,14 +148,16 @@ def assert_tenants_share_nothing(hits: dict[str, int]) -> None:
 
 #: What SGLang leaves free besides a HiCache host pool (``pool_host.base.HICACHE_HOST_MEMORY_RESERVE_BYTES``).
 HICACHE_RESERVE_BYTES = 10 * 1024**3
+#: The default model's KV bytes per token in float32 (30 layers x 3 KV heads x 64 x K and V x 4 bytes).
+KV_BYTES_PER_TOKEN = 46_080
 
 
-def wait_for_hicache_room(pool_bytes: float, timeout: float = 300) -> None:
-    """Wait until SGLang would grant a ``pool_bytes`` HiCache host pool on this machine.
+def wait_for_hicache_room(host_tokens: int, timeout: float = 300) -> None:
+    """Wait until SGLang would grant the default model (float32) a HiCache host pool of ``host_tokens``.
 
     NOTE: SGLang refuses the pool at startup unless 10 GiB of RAM stay free besides it; on a
     24 GiB test machine the other pytest worker (a server, a simulation's process pool) can hold
     that for a while. Waiting for it is the harness's part; failing after ``timeout`` names it."""
-    need = HICACHE_RESERVE_BYTES + pool_bytes + 2 * 1024**3  # NOTE: the server's own processes start first
+    need = HICACHE_RESERVE_BYTES + host_tokens * KV_BYTES_PER_TOKEN + 2 * 1024**3  # NOTE: the server's own processes start first
     wait_for(lambda: psutil.virtual_memory().available >= need, timeout=timeout,
              what=f"{need / 1024**3:.1f} GiB of available host memory (SGLang's HiCache reserve + the pool)")

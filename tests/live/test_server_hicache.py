@@ -35,7 +35,7 @@ def storage_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(start_server, storage_dir):
-    wait_for_hicache_room(tiers.host_tokens(DEVICE_TOKENS) * 46_080)  # NOTE: the default model's KV bytes/token, f32
+    wait_for_hicache_room(tiers.host_tokens(DEVICE_TOKENS))
     server = start_server(*tiers.hicache_overrides(storage_dir, DEVICE_TOKENS))
     yield server
     server.stop()

@@ -30,8 +30,27 @@ pytestmark = pytest.mark.server
 DEVICE_TOKENS = 1024
 PROMPT_WORDS = 300
 SSD_GB = 1.0
-#: The default model's KV bytes per token in float32 (30 layers x 3 KV heads x 64 x 2 x 4 bytes).
-KV_BYTES = 46_080
+
+
+def _tier_server(start_server, option: str, ssd, host_ratio: int, *overrides: str):
+    """A ``+tier=<option>`` server on the segment store in ``ssd``, a ``DEVICE_TOKENS`` pool and a
+    host level of ``host_ratio`` pools, started once SGLang would grant that host pool."""
+    wait_for_hicache_room(host_ratio * DEVICE_TOKENS)
+    return start_server("model.dtype=float32", f"+tier={option}", f"tier.ssd_dir={ssd}", f"tier.ssd_gb={SSD_GB}",
+                        "tier.storage=segments", f"tier.host_ratio={host_ratio}",
+                        f"sglang.max_total_tokens={DEVICE_TOKENS}", "sglang.enable_cache_report=true", *overrides)
+
+
+def _assert_no_block_in_both_levels(url: str) -> None:
+    """The tier cache's audit of the final state reads 0.
+
+    NOTE: the audit runs in a scheduler step at most once a second after a change: a step more
+    than a second after the last change audits the final state."""
+    time.sleep(1.2)
+    tiers.generate(url, "tick", max_new_tokens=1)
+    time.sleep(0.2)
+    assert metric_total(url, "switchboard_tier_audits_total") >= 1
+    assert metric_total(url, "switchboard_tier_both_levels_tokens") == 0
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +62,7 @@ def ssd_dir(tmp_path_factory):
 # at once, beside the other test worker's, left less host memory than SGLang keeps free (10 GiB)
 @pytest.fixture
 def server(start_server, ssd_dir):
-    wait_for_hicache_room(2 * DEVICE_TOKENS * KV_BYTES)
-    server = start_server("model.dtype=float32", "+tier=ssd_only", f"tier.ssd_dir={ssd_dir}", f"tier.ssd_gb={SSD_GB}",
-                          "tier.storage=segments", f"sglang.max_total_tokens={DEVICE_TOKENS}",
-                          "sglang.enable_cache_report=true")
+    server = _tier_server(start_server, "ssd_only", ssd_dir, 2)  # NOTE: 2: SGLang's default ratio
     yield server
     server.stop()
 
@@ -92,10 +108,7 @@ def flat_dir(tmp_path_factory):
 @pytest.fixture
 def flatcake(start_server, flat_dir):
     # NOTE: a session predicted past 256 tokens lives on SSD; host memory holds 16x the device pool
-    wait_for_hicache_room(16 * DEVICE_TOKENS * KV_BYTES)
-    server = start_server("model.dtype=float32", "+tier=flatcake", f"tier.ssd_dir={flat_dir}", f"tier.ssd_gb={SSD_GB}",
-                          "tier.storage=segments", "tier.ssd_session_tokens=256", "tier.host_ratio=16",
-                          f"sglang.max_total_tokens={DEVICE_TOKENS}", "sglang.enable_cache_report=true")
+    server = _tier_server(start_server, "flatcake", flat_dir, 16, "tier.ssd_session_tokens=256")
     yield server
     server.stop()
 
@@ -128,23 +141,14 @@ def test_flatcake_reads_the_shared_prompt_from_memory_and_a_long_session_from_ss
     assert metric_total(url, "switchboard_tier_ssd_home_tokens_total") >= 2 * PROMPT_WORDS
     assert metric_total(url, "switchboard_tier_host_copies_released_tokens_total") >= 2 * PROMPT_WORDS
     assert metric_total(url, "switchboard_tier_ssd_read_tokens_total") >= 2 * PROMPT_WORDS
-    # NOTE: the audit runs in a scheduler step at most once a second after a change: a step
-    # more than a second after the last change audits the final state
-    time.sleep(1.2)
-    tiers.generate(url, "tick", max_new_tokens=1)
-    time.sleep(0.2)
-    assert metric_total(url, "switchboard_tier_audits_total") >= 1
-    assert metric_total(url, "switchboard_tier_both_levels_tokens") == 0
+    _assert_no_block_in_both_levels(url)
 
 
 @pytest.fixture
 def exclusive(start_server, tmp_path_factory):
     # NOTE: host memory as large as the device pool: a pushed-out prompt soon leaves it too
     ssd = tmp_path_factory.mktemp("exclusive") / "ssd"
-    wait_for_hicache_room(DEVICE_TOKENS * KV_BYTES)
-    server = start_server("model.dtype=float32", "+tier=exclusive", f"tier.ssd_dir={ssd}", f"tier.ssd_gb={SSD_GB}",
-                          "tier.storage=segments", "tier.host_ratio=1", f"sglang.max_total_tokens={DEVICE_TOKENS}",
-                          "sglang.enable_cache_report=true")
+    server = _tier_server(start_server, "exclusive", ssd, 1)
     yield server
     server.stop()
 
@@ -166,8 +170,4 @@ def test_exclusive_demotes_what_memory_evicts_and_moves_it_back_up_on_a_read(exc
         assert repeat["text"] == first["text"]
     assert metric_total(url, "switchboard_tier_demoted_tokens_total") >= 2 * (n - 16)
     assert metric_total(url, "switchboard_tier_ssd_home_tokens_total") == 0  # every block starts in memory
-    time.sleep(1.2)
-    tiers.generate(url, "tick", max_new_tokens=1)
-    time.sleep(0.2)
-    assert metric_total(url, "switchboard_tier_audits_total") >= 1
-    assert metric_total(url, "switchboard_tier_both_levels_tokens") == 0
+    _assert_no_block_in_both_levels(url)

@@ -142,7 +142,7 @@ class TierBinding:
 
             stats = SessionStats()
             register_tier_cache(Placement(policy, stats, spec.host_settings()))
-            sessions = TierSessions(policy, stats)
+            sessions = TierSessions(stats, policy)
             parts.policies.append(sessions)
             parts.seams.append(lambda scheduler: sessions)
         parts.installed.append(f"tier={spec.target}")

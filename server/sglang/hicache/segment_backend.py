@@ -14,8 +14,8 @@ damaged file loads as KV): the pages of one write batch lie contiguously in
 append-only segments and consecutive pages load with one read; every page is
 checked against the digest taken at write; with the tier cache placing
 (``+tier=flatcake``), a session's pages go to that session's own segments
-(``group``); a damaged or missing page is a
-miss (the prefix stops, the rest is recomputed) and counted
+(``group``); a damaged or missing page is a miss (the prefix stops, the rest
+is recomputed) and counted
 (``switchboard_tier_corrupt_pages``, ``switchboard_tier_missing_pages``).
 
 NOTE: one store per rank and model (``<dir>/<model>_<tp rank>_<tp size>``);

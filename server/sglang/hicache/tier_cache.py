@@ -56,6 +56,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import DemoteResult
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
@@ -69,6 +70,8 @@ logger = logging.getLogger(__name__)
 AUDIT_INTERVAL_S = 1.0
 #: ... and at most this share of the scheduler's time: the next audit waits this many times the last one's duration.
 AUDIT_COST_RATIO = 100.0
+#: The KV component whose host copies the tier places (the hooks read the Python core's nodes).
+FULL = ComponentType.FULL
 
 
 @dataclass
@@ -188,12 +191,13 @@ class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
         if home is Home.NONE:
             self.release.setdefault(node_id, True)
             return
-        if home is Home.SSD:
-            self._group_by_session(node_id)
+        if home is Home.BOTH:
+            super().write_backup_storage(node_id)
+            return
+        self._group_by_session(node_id)
         super().write_backup_storage(node_id)
-        if home is Home.SSD:
-            self.release[node_id] = True
-            self._dirty = True
+        self.release[node_id] = True
+        self._dirty = True
 
     def _group_by_session(self, node_id: Any) -> None:
         """Tell a store that groups pages (``segment_backend.SegmentStorage.group``) whose session
@@ -292,12 +296,13 @@ class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
         another block's KV by then (the digest, taken at write, would not catch it)."""
         if self.homes.get(node.id) is not Home.MEMORY or not node.hash_value:
             return
-        storage, full = self.cache_controller.storage_backend, self._full_type()
-        host = node.component_data[full].host_value
+        storage = self.cache_controller.storage_backend
+        host = node.component_data[FULL].host_value
         if storage is None or host is None:
             return
-        pool = getattr(self.cache_controller, "storage_host_pool", None) or self.cache_controller.mem_pool_host
-        page = self.tree_core.page_size
+        # NOTE: the copy SGLang's controller makes for a generic store (HiCacheController._generic_page_set),
+        # done here, on the scheduler's thread, before the pages are freed
+        pool, page = self.cache_controller.storage_host_pool, self.tree_core.page_size
         pages = [pool.get_data_page(int(host[i * page]), flat=True) for i in range(len(node.hash_value))]
         if storage.batch_set(list(node.hash_value), pages):
             self.homes[node.id] = Home.SSD
@@ -327,14 +332,13 @@ class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
 
     def _release_host_copies(self) -> None:
         """Free the host copy of every released-home node that no write or load still needs."""
-        core, full = self.tree_core, self._full_type()
-        in_flight = {node_id for node_id, _ in self.ongoing_backup.values()}
+        core, in_flight = self.tree_core, self._writing()
         result, freed, progress = DemoteResult(), 0, True
         while progress:  # NOTE: a parent becomes a host leaf once its children went
             progress = False
             for node_id, whole in list(self.release.items()):
                 node = core._node_arena.get(node_id)
-                data = None if node is None else node.component_data[full]
+                data = None if node is None else node.component_data[FULL]
                 if data is None or data.host_value is None:
                     del self.release[node_id]
                     continue
@@ -361,10 +365,9 @@ class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
                 self._released.inc(freed)
             self._dirty = True
 
-    def _full_type(self) -> Any:
-        from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
-
-        return ComponentType.FULL
+    def _writing(self) -> set[Any]:
+        """Nodes whose storage write SGLang has not acknowledged yet."""
+        return {node_id for node_id, _ in self.ongoing_backup.values()}
 
     # ----------------------------------------------------------------- audit
     def both_levels_tokens(self) -> int:
@@ -373,14 +376,13 @@ class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
         storage = self.cache_controller.storage_backend
         if storage is None:
             return 0
-        full, page = self._full_type(), self.tree_core.page_size
-        in_flight = {node_id for node_id, _ in self.ongoing_backup.values()}
+        page, in_flight = self.tree_core.page_size, self._writing()
         self._offenders: list[str] = []
         total, stack = 0, list(self.tree_core.root_node.children.values())
         while stack:
             node = stack.pop()
             stack.extend(node.children.values())
-            if node.component_data[full].host_value is None or not node.hash_value:
+            if node.component_data[FULL].host_value is None or not node.hash_value:
                 continue
             if node.id in in_flight or self.homes.get(node.id) is Home.BOTH:
                 continue

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies.feedback import FinishedView, ObservesFinished
-from policies.tier import TierPolicy
-from policies.tier.sessions import SessionStats
+from policies.tier.sessions import SessionFeedback
 from server.sglang.hicache.names import TIER_CACHE_BACKEND
 from server.sglang.hicache.tier_cache import Placement, TierCache
 
@@ -52,19 +50,9 @@ def _build(ctx: Any) -> Any:
     return cache
 
 
-class TierSessions:
-    """Session facts for placements: admitted requests (``OnAdmitted``) and finished ones
-    (``ObservesFinished``, told on to a policy that learns)."""
-
-    def __init__(self, policy: TierPolicy, stats: SessionStats) -> None:
-        self.stats = stats
-        self.learns = policy if isinstance(policy, ObservesFinished) else None
+class TierSessions(SessionFeedback):
+    """Session facts for placements: admitted requests (the scheduler's ``OnAdmitted``) and,
+    as its ``SessionFeedback``, finished ones."""
 
     def on_admitted(self, req: Any) -> None:
         self.stats.arrived(getattr(req, "session_id", None), len(req.origin_input_ids))
-
-    def observe_finished(self, view: FinishedView) -> None:
-        if not view.aborted:
-            self.stats.finished(view.session_id, view.num_input_tokens, view.num_output_tokens)
-        if self.learns is not None:
-            self.learns.observe_finished(view)
