@@ -152,8 +152,9 @@ def _check_live(s: BenchSettings) -> None:
 def simulated_model(s: BenchSettings) -> ModelInHost:
     """The simulated model, in the words the simulator's errors use (``sim.dllm.enabled``)."""
     if not s.sim.dllm.enabled:
-        return ModelInHost(ModelKind.autoregressive, "the simulator runs an autoregressive model",
-                           "an autoregressive model", "add sim.dllm.enabled=true")
+        return ModelInHost(ModelKind.autoregressive, "the simulator runs an attention-only autoregressive model",
+                           "an autoregressive model", "add sim.dllm.enabled=true",
+                           to_hybrid="the simulator models no hybrid model yet")
     # NOTE: the simulator's rounds are algorithm-agnostic (no dllm_algorithm to refuse by)
     return ModelInHost(ModelKind.diffusion, "sim.dllm.enabled simulates a diffusion LM",
                        "a diffusion LM (sim.dllm.enabled)", "add sim.dllm.enabled=true")

@@ -44,6 +44,11 @@ class ModelInHost:
     """How the user switches to a diffusion LM in this host."""
     algorithm: str | None = None
     """The diffusion LM's SGLang ``dllm_algorithm`` (``None``: unknown here, or autoregressive)."""
+    hybrid: str | None = None
+    """A hybrid model's architecture (attention beside recurrent layers, e.g.
+    ``Lfm2ForCausalLM``); ``None``: attention only."""
+    to_hybrid: str = "serve a hybrid model (e.g. model=lfm2_tiny)"
+    """How the user switches to a hybrid model in this host."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,8 @@ class Refusal:
     """The error, formatted with ``option`` and the ``ModelInHost`` fields."""
     algorithm: str | None = None
     """Only for this diffusion algorithm (``None``: any)."""
+    hybrid: bool | None = None
+    """Only for a hybrid model (``True``), only for an attention-only one (``False``), or any (``None``)."""
 
 
 _TO_ROUNDS = "use +policy=dwise, +policy=fcfs (SGLang's stock dLLM order) or no +policy"
@@ -85,6 +92,16 @@ REFUSALS: tuple[Refusal, ...] = (
     Refusal("decisions-on-rounds", "decisions", ModelKind.diffusion, lambda needs: True,
             "+decisions ({option}) is not supported for {short}: SGLang's /v1/decisions scores "
             "next-token labels, which a diffusion LM does not produce"),
+    # NOTE: the gap cache keeps KV only; a hybrid model resumes from whole recurrent-state
+    # snapshots, which a gap cannot hold (server: gap_cache.py refuses is_hybrid_ssm).
+    Refusal("gaps-on-hybrid", "cache", ModelKind.autoregressive, lambda needs: needs.interior,
+            "+cache ({option}) frees history from the front in Switchboard's gap cache, which holds KV only; "
+            "{short} resumes a prefix only from a whole recurrent-state snapshot", hybrid=True),
+    Refusal("snapshots-need-hybrid", "cache", ModelKind.autoregressive, lambda needs: needs.snapshots,
+            "+cache ({option}) ranks recurrent-state snapshots with KV, but {described}, which has none: "
+            "{to_hybrid}", hybrid=False),
+    Refusal("snapshots-on-rounds", "cache", ModelKind.diffusion, lambda needs: needs.snapshots,
+            "+cache ({option}) ranks recurrent-state snapshots with KV; {short} has none"),
     Refusal("rounds-on-tokens", "policy", ModelKind.autoregressive, lambda needs: not needs.autoregressive,
             "+policy ({option}) schedules a diffusion LM's block rounds, but {described}: {to_diffusion}"),
     Refusal("shared-rounds-on-renoise", "policy", ModelKind.diffusion,
@@ -102,6 +119,8 @@ def refusing_rule(model: ModelInHost, spec: PolicySpec) -> Refusal | None:
             continue
         if rule.algorithm is not None and rule.algorithm != model.algorithm:
             continue
+        if rule.hybrid is not None and rule.hybrid != (model.hybrid is not None):
+            continue
         if rule.when(needs):
             return rule
     return None
@@ -113,7 +132,7 @@ def refusal_for(model: ModelInHost, spec: PolicySpec) -> str | None:
     if rule is None:
         return None
     return rule.why.format(option=spec.target, described=model.described, short=model.short,
-                           to_diffusion=model.to_diffusion)
+                           to_diffusion=model.to_diffusion, to_hybrid=model.to_hybrid)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,14 @@ Contract (the host's side):
     recomputes only that gap (at its original positions) and reuses the
     cached tail after it. Hosts that cannot hold gaps refuse such a policy
     (never a silent fallback to tail-first eviction).
+  * ``NOTE`` (snapshots, optional): a hybrid model (attention layers beside
+    recurrent ones) caches, besides KV, recurrent-state *snapshots*: the state
+    after a prefix, fixed in size, usable only whole (a match resumes from the
+    deepest snapshot on its path whose KV is cached). A policy whose ``needs``
+    say ``EvictionNeeds(snapshots=True)`` is offered snapshots as items in the
+    same ranking as KV blocks (``BlockView.item``), with what each frees
+    (``nbytes``) and what its loss costs (``recompute_tokens``). Only hosts
+    serving a hybrid model can; the others refuse it, naming the field.
   * A host-memory tier for freed segments is a property of the deployment,
     not of an eviction order: it is the host's setting
     (``cache.host_tier_tokens``, ``compose.schema.CacheHostConfig``).
@@ -27,10 +35,15 @@ Contract (the policy's side):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 #: An eviction rank: compared lexicographically, smallest evicted first.
 EvictionRank = tuple[float, ...]
+
+#: What a ranked item is: a block of KV, or a recurrent-state snapshot (hybrid models).
+ItemKind = Literal["kv", "state"]
+#: Where a ranked item lives.
+ItemTier = Literal["device", "host", "ssd"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +69,19 @@ class BlockView:
     num_sessions: int = 1
     """Distinct sessions whose requests went through the block (``NOTE``: a
     later addition; hosts that do not track sessions leave it 1)."""
+    item: ItemKind = "kv"
+    """``"kv"``: the block's KV; ``"state"``: the recurrent-state snapshot taken
+    after the block's last token (offered only to ``needs.snapshots``)."""
+    nbytes: int = 0
+    """Bytes freed at this item's tier if it goes (``0``: the host does not say;
+    hosts offering snapshots always say)."""
+    recompute_tokens: int = 0
+    """Tokens a later request recomputes because this item went: for a KV block,
+    its tokens; for a snapshot, the distance back to the previous snapshot kept
+    on its path (or to the root), or, when going means moving to a slower tier,
+    the restore's read time in prefill tokens (``0``: the host does not say)."""
+    tier: ItemTier = "device"
+    """Where the item lives now (what going frees)."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +94,10 @@ class EvictionNeeds:
     interior: bool = False
     """Interior blocks may be offered and freed, leaving hollow nodes (gaps)
     that a later request recomputes; the host must hold gaps (see module
+    docs)."""
+    snapshots: bool = False
+    """Recurrent-state snapshots are offered in the same ranking as KV blocks
+    (``BlockView.item``); only a host serving a hybrid model can (see module
     docs)."""
 
 

@@ -22,8 +22,10 @@ from server.sglang.launch.args import sglang_fields
 pytestmark = pytest.mark.config
 
 #: The models a rule can tell apart: an autoregressive one, and a diffusion LM by SGLang algorithm.
-MODELS = {"autoregressive": (ModelKind.autoregressive, None), "LowConfidence": (ModelKind.diffusion, "LowConfidence"),
-          "Gemma4Renoise": (ModelKind.diffusion, "Gemma4Renoise")}
+MODELS = {"autoregressive": (ModelKind.autoregressive, None, None),
+          "hybrid": (ModelKind.autoregressive, None, "Lfm2ForCausalLM"),
+          "LowConfidence": (ModelKind.diffusion, "LowConfidence", None),
+          "Gemma4Renoise": (ModelKind.diffusion, "Gemma4Renoise", None)}
 DIFFUSION = ("LowConfidence", "Gemma4Renoise")
 #: Autoregressive queue orders of Switchboard's own (no dLLM rounds).
 QUEUE_ORDERS = ("fairway", "leap", "shortest_output", "shortest_prefill", "shortest_prompt")
@@ -33,9 +35,13 @@ STOCK_QUEUE_ORDERS = ("dfs-weight", "lof", "lpm", "shortest-prefill-first", "hrr
 #: Every refused (group, option, model) and the rule that refuses it; anything else is accepted.
 REFUSED: dict[tuple[str, str, str], str] = {
     ("policy", "dwise", "autoregressive"): "rounds-on-tokens",
+    ("policy", "dwise", "hybrid"): "rounds-on-tokens",
     ("policy", "dwise", "Gemma4Renoise"): "shared-rounds-on-renoise",
     **{("policy", o, m): "queue-order-on-rounds" for o in QUEUE_ORDERS + STOCK_QUEUE_ORDERS for m in DIFFUSION},
     **{("cache", "penelope", m): "gaps-on-block-pages" for m in DIFFUSION},
+    ("cache", "penelope", "hybrid"): "gaps-on-hybrid",
+    ("cache", "histate", "autoregressive"): "snapshots-need-hybrid",
+    **{("cache", "histate", m): "snapshots-on-rounds" for m in DIFFUSION},
     **{("admission", o, m): "admission-on-rounds" for o in ("basin", "max_queue") for m in DIFFUSION},
     **{("adapters", o, m): "adapters-on-rounds" for o in ("lora", "scute") for m in DIFFUSION},
     **{("speculative", o, m): "speculation-on-rounds" for o in ("sglang_adaptive", "static", "table", "tabletune")
@@ -49,8 +55,8 @@ def test_the_table_lists_every_refused_pair_and_only_those():
     for kind in kinds():
         for option in group_options(kind.group):
             spec = specs_from_config(compose([f"+{kind.group}={option}"]))[kind.group]
-            for name, (model_kind, algorithm) in MODELS.items():
-                rule = refusing_rule(ModelInHost(model_kind, "d", "s", "t", algorithm), spec)
+            for name, (model_kind, algorithm, hybrid) in MODELS.items():
+                rule = refusing_rule(ModelInHost(model_kind, "d", "s", "t", algorithm, hybrid), spec)
                 if rule is not None:
                     found[(kind.group, option, name)] = rule.name
     assert found == REFUSED
@@ -67,6 +73,10 @@ THROUGH_HOSTS = [
      None, "separate forwards"),
     ("gaps-on-block-pages", ["model=sdar_tiny", "+cache=penelope"], ["sim.dllm.enabled=true", "+cache=penelope"],
      "pages KV by block"),
+    ("gaps-on-hybrid", ["model=lfm2_tiny", "+cache=penelope"], None, "resumes a prefix only from a whole"),
+    ("snapshots-need-hybrid", ["+cache=histate"], ["+cache=histate"], "ranks recurrent-state snapshots with KV, but"),
+    ("snapshots-on-rounds", ["model=sdar_tiny", "+cache=histate"], ["sim.dllm.enabled=true", "+cache=histate"],
+     "ranks recurrent-state snapshots with KV; a diffusion LM"),
     ("admission-on-rounds", ["model=sdar_tiny", "+admission=basin"], ["sim.dllm.enabled=true", "+admission=basin"],
      "rounds bypass the gate"),
     ("adapters-on-rounds", ["model=sdar_tiny", "+adapters=scute"], ["sim.dllm.enabled=true", "+adapters=scute"],
@@ -103,10 +113,14 @@ def test_one_host_tier_rule_refused_by_both_hosts():
     tier = "++cache.host_tier_tokens=1000"
     for option in group_options("cache"):
         server, sim = f"+cache={option}", f"+cache={option}"
+        # NOTE: an option ranking snapshots is tried on a hybrid model (else the model rule answers first)
+        hybrid = ["model=lfm2_tiny"] if option == "histate" else []
         if option in TIER_REFUSED:
             with pytest.raises(ConfigError, match=r"cache.host_tier_tokens needs a cache that holds gaps.*"
                                                   r"sglang.enable_hierarchical_cache=true"):
-                sglang_fields(resolve(compose(["server.device=cpu", server, tier])))
+                sglang_fields(resolve(compose(["server.device=cpu", *hybrid, server, tier])))
+            if hybrid:
+                continue  # the simulator models no hybrid model yet
             with pytest.raises(ConfigError, match=r"cache.host_tier_tokens needs a cache that holds gaps.*"
                                                   r"sim.hicache_tokens"):
                 resolve_bench(compose_bench([sim, tier]))
@@ -171,3 +185,19 @@ def test_the_cache_binding_hands_its_host_tier_to_the_simulators_cache():
                                           r"conflicts with \+cache \(.*Penelope.*\), a cache that holds gaps"):
         sglang_fields(resolve(compose(["server.device=cpu", "+cache=penelope",
                                        "sglang.enable_hierarchical_cache=true"])))
+
+
+def test_a_hybrid_model_is_told_from_its_checkpoint_or_its_generated_source(tmp_path):
+    from server.sglang.launch.args import served_model
+
+    assert served_model(resolve(compose(["server.device=cpu", "model=lfm2_tiny"]))).hybrid == "Lfm2ForCausalLM"
+    assert served_model(resolve(compose(["server.device=cpu"]))).hybrid is None
+    (tmp_path / "config.json").write_text('{"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next"}')
+    model = served_model(resolve(compose(["server.device=cpu", f"model.path={tmp_path}"])))
+    assert model.hybrid == "Qwen3NextForCausalLM" and "hybrid" in model.short
+
+
+def test_the_server_refuses_a_snapshot_order_it_cannot_carry_yet():
+    # NOTE: never SGLang's per-component LRU in its place (a silent fallback)
+    with pytest.raises(ConfigError, match=r"snapshot cache the server does not carry yet"):
+        sglang_fields(resolve(compose(["server.device=cpu", "model=lfm2_tiny", "+cache=histate"])))

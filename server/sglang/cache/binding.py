@@ -34,6 +34,11 @@ class CacheBinding:
         if fields.get("disable_radix_cache"):
             raise ConfigError("+cache needs the prefix cache; remove sglang.disable_radix_cache")
         # NOTE: cache.host_tier_tokens with a tail-first cache is refused before (compose/compat.py)
+        if spec.needs_of().snapshots:
+            # NOTE: a hybrid model is checked before (compose/compat.py); an order over snapshots
+            # needs a cache that demotes them, which must not fall back to SGLang's per-component LRU
+            raise ConfigError(f"+cache ({spec.target}) ranks recurrent-state snapshots with KV in a snapshot cache "
+                              "the server does not carry yet")
         if not spec.needs_of().interior:
             return [ForcedFlag("radix_eviction_policy", EVICTION_STRATEGY_NAME,
                                "the eviction order runs through SGLang's strategy registry", control=False)]

@@ -21,7 +21,7 @@ from compose.kinds import kinds
 from server.resolve import LaunchPlan
 from server.sglang.hicache.symbols import CPU_IO_BACKEND, CPU_MEM_LAYOUT
 from server.sglang.launch.binding import Forced, LaunchFields, chosen, server_binding
-from server.sglang.launch.hybrid import DEFAULT_STATE_SLOTS, cpu_hybrid
+from server.sglang.launch.hybrid import DEFAULT_STATE_SLOTS, cpu_hybrid, hybrid_architecture
 
 
 class _RaisingParser(argparse.ArgumentParser):
@@ -100,8 +100,14 @@ def served_model(plan: LaunchPlan) -> ModelInHost:
     """The served model, in the words the server's errors use (``model.dllm_algorithm``)."""
     algorithm = plan.sglang.get("dllm_algorithm") if plan.is_diffusion else None
     if algorithm is None:
+        hybrid = hybrid_architecture(plan.model_path, (plan.default_model or {}).get("kind"))
+        if hybrid is not None:
+            return ModelInHost(ModelKind.autoregressive,
+                               f"the served model is a hybrid autoregressive model ({hybrid})",
+                               f"a hybrid model ({hybrid})", "serve a diffusion LM (e.g. model=sdar_tiny)",
+                               hybrid=hybrid)
         return ModelInHost(ModelKind.autoregressive,
-                           "the served model is autoregressive (model.dllm_algorithm is null)",
+                           "the served model is autoregressive and attention-only (model.dllm_algorithm is null)",
                            "an autoregressive model", "serve a diffusion LM (e.g. model=sdar_tiny)")
     return ModelInHost(ModelKind.diffusion, "the served model is a diffusion LM (model.dllm_algorithm is set)",
                        f"a diffusion LM (model.dllm_algorithm={algorithm})",

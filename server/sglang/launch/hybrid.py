@@ -19,20 +19,53 @@ from pathlib import Path
 
 #: Hybrid architectures Switchboard serves on CPU.
 CPU_HYBRID_ARCHITECTURES = frozenset({"Lfm2ForCausalLM"})
+#: ``model_type`` of the checkpoints SGLang 0.5.23 serves with a recurrent-state pool
+#: (its ``configs/hybrid_arch.mambaish_config``: Mamba2, GDN, KDA and lightning layers).
+HYBRID_MODEL_TYPES = frozenset({
+    "lfm2", "lfm2_moe", "lfm2_vl", "qwen3_next", "qwen3_5", "qwen3_5_moe", "falcon_h1", "falcon_mamba",
+    "nemotron_h", "granitemoehybrid", "kimi_linear", "mamba", "mamba2", "jet_nemotron", "bailing_hybrid",
+    "minicpm_hybrid", "zaya",
+})
 #: Recurrent-state slots reserved when the user sets none (``sglang.max_mamba_cache_size``).
 DEFAULT_STATE_SLOTS = 64
 
 
-def cpu_hybrid(model_path: str | None) -> str | None:
-    """The checkpoint's architecture if it is a hybrid one served on CPU, else ``None``."""
+def _config(model_path: str | None) -> dict[str, object]:
     if model_path is None:
-        return None
+        return {}
     try:
         config = json.loads((Path(model_path) / "config.json").read_text())
     except (OSError, ValueError):
-        return None
-    found = [a for a in config.get("architectures") or () if a in CPU_HYBRID_ARCHITECTURES]
-    return found[0] if found else None
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def _architecture(config: dict[str, object]) -> str:
+    architectures = config.get("architectures")
+    return str(architectures[0]) if isinstance(architectures, list) and architectures else "?"
+
+
+def cpu_hybrid(model_path: str | None) -> str | None:
+    """The checkpoint's architecture if it is a hybrid one served on CPU, else ``None``."""
+    architectures = _config(model_path).get("architectures")
+    found = [a for a in architectures or () if a in CPU_HYBRID_ARCHITECTURES] if isinstance(architectures, list) else []
+    return str(found[0]) if found else None
+
+
+#: Generated models (``model.source.kind``) that are hybrid, by the architecture they build.
+GENERATED_HYBRIDS = {"random_lfm2": "Lfm2ForCausalLM"}
+
+
+def hybrid_architecture(model_path: str | None, source_kind: str | None = None) -> str | None:
+    """The architecture if SGLang serves the model with recurrent states (any device), else
+    ``None``: the checkpoint's, or (before a generated model is built) its source's."""
+    if model_path is None and source_kind is not None:
+        return GENERATED_HYBRIDS.get(source_kind)
+    config = _config(model_path)
+    found = cpu_hybrid(model_path)
+    if found is None and config.get("model_type") in HYBRID_MODEL_TYPES:
+        found = _architecture(config)
+    return found
 
 
 def hybrid_env(dtype: str | None) -> dict[str, str]:
