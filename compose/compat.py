@@ -166,6 +166,20 @@ HOST_RULES: tuple[HostRule, ...] = (
              lambda needs, host, sglang_tier: sglang_tier and needs.interior,
              "SGLang's own host tier ({sglang_host_tier}) conflicts with +cache ({option}), a cache that "
              "holds gaps: use cache.host_tier_tokens"),
+    # NOTE: a demoted snapshot needs a home; a store beside an order that demotes nothing is unused.
+    HostRule("snapshots-need-a-store", "cache",
+             lambda needs, host, sglang_tier: needs.snapshots and not host.has_snapshot_store,
+             "+cache ({option}) demotes recurrent-state snapshots to an SSD store: set cache.snapshot_dir "
+             "and cache.snapshot_gb"),
+    HostRule("store-needs-snapshots", "cache",
+             lambda needs, host, sglang_tier: not needs.snapshots and host.snapshot_dir is not None,
+             "cache.snapshot_dir keeps recurrent-state snapshots for a cache that ranks them (+cache=histate); "
+             "+cache ({option}) does not"),
+    # NOTE: SGLang's host tier keeps a hybrid model's states in its own host pool, a second home.
+    HostRule("snapshots-beside-sglang-tier", "cache",
+             lambda needs, host, sglang_tier: sglang_tier and needs.snapshots,
+             "SGLang's own host tier ({sglang_host_tier}) conflicts with +cache ({option}), which keeps "
+             "recurrent-state snapshots in its own SSD store"),
     # NOTE: the host sizes its buffers and per-step KV for max_draft_tokens at startup.
     HostRule("tier-needs-ssd", "tier",
              lambda needs, host, sglang_tier: needs.ssd and not host.has_ssd,

@@ -137,10 +137,30 @@ class CacheHostConfig:
     recomputing it; 0 = no host tier. The server's gap cache keeps the copies
     (``+cache=penelope``; for a tail-first cache SGLang's own HiCache serves);
     the simulator gives any ``+cache=`` option the tier."""
+    snapshot_dir: str | None = None
+    """Directory of the SSD store keeping a hybrid model's recurrent-state
+    snapshots evicted from the device (an option whose needs say ``snapshots``,
+    ``+cache=histate``); ``None``: none. Its snapshot files are removed at startup
+    (a new cache cannot name them): give each server its own directory."""
+    snapshot_gb: float = 0.0
+    """Size of the snapshot store, in GiB (its files, headers included)."""
+    snapshot_read_tokens: int = 16
+    """Prefill tokens one snapshot read from the store is worth: a device
+    snapshot's cost of going to SSD in the eviction ranking (its read time at the
+    SSD's bandwidth over the prefill rate; the simulator charges the read itself
+    from its own bandwidth)."""
 
     def __post_init__(self) -> None:
         if self.host_tier_tokens < 0:
             raise ValueError(f"must be >= 0, got {self.host_tier_tokens}")
+        if self.snapshot_gb < 0 or self.snapshot_read_tokens < 0:
+            raise ValueError(f"cache.snapshot_gb and cache.snapshot_read_tokens must be >= 0, "
+                             f"got {self.snapshot_gb} and {self.snapshot_read_tokens}")
+
+    @property
+    def has_snapshot_store(self) -> bool:
+        """Whether a snapshot store is configured (a directory and a size)."""
+        return self.snapshot_dir is not None and self.snapshot_gb > 0
 
 
 @dataclass(frozen=True)

@@ -108,7 +108,9 @@ TIER_REFUSED = {o for o in group_options("cache") if o != "penelope"}
 def test_one_host_tier_rule_refused_by_both_hosts():
     from compose.compat import HOST_RULES
 
-    assert [r.name for r in HOST_RULES] == ["host-tier-needs-gaps", "gaps-refuse-sglang-tier", "tier-needs-ssd",
+    assert [r.name for r in HOST_RULES] == ["host-tier-needs-gaps", "gaps-refuse-sglang-tier",
+                                            "snapshots-need-a-store", "store-needs-snapshots",
+                                            "snapshots-beside-sglang-tier", "tier-needs-ssd",
                                             "tier-owns-sglang-tier", "draft-above-host-max"]
     tier = "++cache.host_tier_tokens=1000"
     for option in group_options("cache"):
@@ -197,7 +199,24 @@ def test_a_hybrid_model_is_told_from_its_checkpoint_or_its_generated_source(tmp_
     assert model.hybrid == "Qwen3NextForCausalLM" and "hybrid" in model.short
 
 
-def test_the_server_refuses_a_snapshot_order_it_cannot_carry_yet():
-    # NOTE: never SGLang's per-component LRU in its place (a silent fallback)
-    with pytest.raises(ConfigError, match=r"snapshot cache the server does not carry yet"):
-        sglang_fields(resolve(compose(["server.device=cpu", "model=lfm2_tiny", "+cache=histate"])))
+STORE = ["cache.snapshot_dir=/tmp/switchboard-test-snapshots", "cache.snapshot_gb=0.001"]
+
+
+def test_a_snapshot_order_runs_in_the_snapshot_cache_with_its_store():
+    fields = sglang_fields(resolve(compose(["server.device=cpu", "model=lfm2_tiny", "+cache=histate", *STORE])))
+    assert fields["radix_cache_backend"] == "switchboard_histate"
+    assert "radix_eviction_policy" not in fields or fields["radix_eviction_policy"] != "switchboard"
+
+
+@pytest.mark.parametrize("overrides, reason", [
+    (["+cache=histate"], r"demotes recurrent-state snapshots to an SSD store: set cache.snapshot_dir and "
+                         r"cache.snapshot_gb"),
+    (["+cache=histate", "cache.snapshot_dir=/tmp/x"], r"set cache.snapshot_dir and cache.snapshot_gb"),
+    (["+cache=lru", "++cache.snapshot_dir=/tmp/x"], r"cache.snapshot_dir keeps recurrent-state snapshots for a "
+                                                    r"cache that ranks them"),
+    (["+cache=histate", *STORE, "sglang.enable_hierarchical_cache=true"],
+     r"SGLang's own host tier \(sglang.enable_hierarchical_cache=true\) conflicts with \+cache"),
+])
+def test_the_snapshot_store_rules_name_the_field(overrides, reason):
+    with pytest.raises(ConfigError, match=reason):
+        sglang_fields(resolve(compose(["server.device=cpu", "model=lfm2_tiny", *overrides])))

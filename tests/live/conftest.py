@@ -79,3 +79,22 @@ def module_server(*overrides: str):
         server.stop()
 
     return _server
+
+
+@pytest.fixture(scope="session")
+def lfm2_checkpoint():
+    """``model=lfm2_tiny``'s checkpoint (generated once into the cache)."""
+    from omegaconf import OmegaConf
+
+    from compose.config import compose
+    from compose.model import ensure_default_model
+    from compose.schema import ModelSource
+
+    cfg = compose(["model=lfm2_tiny"])
+    return ensure_default_model(ModelSource(**OmegaConf.to_container(cfg.model.source)))
+
+
+@pytest.fixture(scope="session")
+def lfm2_hf(lfm2_checkpoint):
+    """HF transformers on it (float32): the reference of the hybrid-model modules."""
+    return HFReference(lfm2_checkpoint)

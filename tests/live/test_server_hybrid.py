@@ -10,28 +10,10 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from omegaconf import OmegaConf
 
 from tests.live.test_server_decisions import INPUT, QUESTIONS, check_answers, decide, prefill_batches, stock_answers
 
 pytestmark = pytest.mark.server
-
-
-@pytest.fixture(scope="module")
-def lfm2_checkpoint():
-    from compose.config import compose
-    from compose.model import ensure_default_model
-    from compose.schema import ModelSource
-
-    cfg = compose(["model=lfm2_tiny"])
-    return ensure_default_model(ModelSource(**OmegaConf.to_container(cfg.model.source)))
-
-
-@pytest.fixture(scope="module")
-def lfm2_hf(lfm2_checkpoint):
-    from bench.live.chat import HFReference
-
-    return HFReference(lfm2_checkpoint)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,10 @@ Launch: a tail-first option runs through SGLang's eviction-strategy seam
 (``--radix-eviction-policy switchboard``, ``eviction.py``); an option that
 frees history from the front (``needs.interior``) needs a cache that holds
 gaps: ours, through SGLang's cache registry (``gap_cache.py``), with page size
-1 and no overlap scheduling, never a silent fallback to tail-first eviction.
+1 and no overlap scheduling, never a silent fallback to tail-first eviction;
+an option that ranks a hybrid model's recurrent-state snapshots
+(``needs.snapshots``) needs the snapshot cache (``histate_cache.py``), through
+the same registry.
 Install: the matching one of the two, in every scheduler process.
 """
 
@@ -14,7 +17,12 @@ from typing import TYPE_CHECKING
 
 from compose.config import ConfigError
 from compose.specs import build_policy
-from server.sglang.cache.names import EVICTION_STRATEGY_NAME, GAP_CACHE_BACKEND, register_eviction_choice
+from server.sglang.cache.names import (
+    EVICTION_STRATEGY_NAME,
+    GAP_CACHE_BACKEND,
+    HISTATE_CACHE_BACKEND,
+    register_eviction_choice,
+)
 from server.sglang.cache.symbols import CACHE_SYMBOLS
 from server.sglang.launch.binding import ForcedFlag, LaunchFields, SchedulerParts
 
@@ -35,10 +43,11 @@ class CacheBinding:
             raise ConfigError("+cache needs the prefix cache; remove sglang.disable_radix_cache")
         # NOTE: cache.host_tier_tokens with a tail-first cache is refused before (compose/compat.py)
         if spec.needs_of().snapshots:
-            # NOTE: a hybrid model is checked before (compose/compat.py); an order over snapshots
-            # needs a cache that demotes them, which must not fall back to SGLang's per-component LRU
-            raise ConfigError(f"+cache ({spec.target}) ranks recurrent-state snapshots with KV in a snapshot cache "
-                              "the server does not carry yet")
+            # NOTE: the hybrid model, the store and SGLang's host tier are checked before (compose/compat.py)
+            if fields.get("speculative_algorithm"):
+                raise ConfigError(f"sglang.speculative_algorithm conflicts with +cache ({spec.target}): "
+                                  "the snapshot cache reads one state per node, not speculative ones")
+            return [ForcedFlag("radix_cache_backend", HISTATE_CACHE_BACKEND, "the snapshot cache", control=False)]
         if not spec.needs_of().interior:
             return [ForcedFlag("radix_eviction_policy", EVICTION_STRATEGY_NAME,
                                "the eviction order runs through SGLang's strategy registry", control=False)]
@@ -55,7 +64,12 @@ class CacheBinding:
 
     def install(self, spec: PolicySpec, plan: LaunchPlan, parts: SchedulerParts) -> None:
         cache = build_policy(spec)
-        if spec.needs_of().interior:
+        if spec.needs_of().snapshots:
+            from server.sglang.cache.histate_setup import register_histate_cache
+
+            # NOTE: --radix-cache-backend switchboard_histate (launch above)
+            register_histate_cache(cache, spec.host_settings())
+        elif spec.needs_of().interior:
             from server.sglang.cache.gap_cache import register_gap_cache
             from server.sglang.cache.gap_prefill import GapRecomputeCounter, HoldsGaps
 

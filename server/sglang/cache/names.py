@@ -13,6 +13,8 @@ from __future__ import annotations
 EVICTION_STRATEGY_NAME = "switchboard"
 #: ``--radix-cache-backend`` of the gap cache (``gap_cache.register_gap_cache``).
 GAP_CACHE_BACKEND = "switchboard_gap"
+#: ``--radix-cache-backend`` of the snapshot cache (``histate_setup.register_histate_cache``).
+HISTATE_CACHE_BACKEND = "switchboard_histate"
 
 
 def register_eviction_choice() -> None:

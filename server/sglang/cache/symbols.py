@@ -48,5 +48,39 @@ GAP_CACHE_SYMBOLS: tuple[HookedSymbol, ...] = tuple(
          ("self", "kv_cache_cpu", "indices", "mamba_indices", "req_pool_index")),
     ))
 
+_URC = f"{_MC}.unified_radix_cache.UnifiedRadixCache"
+_CORE = f"{_MC}.unified_cache.unified_tree_core.UnifiedTreeCore"
+#: SGLang symbols the snapshot cache (``histate_cache.py``, ``state_codec.py``) uses: private
+#: methods of the unified cache's Python tree core (checked at startup and by ``register_histate_cache``).
+HISTATE_SYMBOLS: tuple[HookedSymbol, ...] = tuple(
+    HookedSymbol(path, params) for path, params in (
+        (f"{_MC}.registry.create_unified_radix_cache", ("ctx", "cache_class")),
+        (f"{_URC}._match_tree", ("self", "params")),
+        (f"{_URC}._evict_components",
+         ("self", "request_by_type", "tracker", "available_size_targets", "allocation_reclaim_satisfied")),
+        (f"{_URC}._evict_device_leaf", ("self", "node_id", "tracker")),
+        (f"{_URC}._apply_eviction_result", ("self", "result")),
+        (f"{_URC}._accumulate_tracker", ("self", "tracker", "delta")),
+        (f"{_URC}._component_available_size", ("self", "component_type")),
+        (f"{_URC}.inc_lock_ref", ("self", "node_id", "skip_lock_components")),
+        (f"{_URC}.dec_lock_ref", ("self", "node_id", "params", "skip_swa")),
+        (f"{_URC}.evict_for_alloc", ("self", "params", "allocation_reclaim_satisfied")),
+        (f"{_URC}.reset", ("self",)),
+        (f"{_CORE}._remove_leaf_from_parent", ("self", "node")),
+        (f"{_CORE}._evict_component_and_detach_lru",
+         ("self", "node", "comp", "device_frees", "host_frees", "cache_actions", "target", "tracker")),
+        (f"{_CORE}._update_evictable_leaf_sets", ("self", "node")),
+        (f"{_CORE}._walk_span", ("self", "key", "end")),
+        (f"{_CORE}.set_component_device_value", ("self", "node_id", "component_type", "value")),
+        (f"{_MC}.unified_cache.unified_tree_core_interface.BaseEvictionResult", None),
+        (f"{_MC}.unified_cache.components.base.EvictLayer.DEVICE", None),
+        (f"{_MC}.unified_cache.components.base._LAST_ACCESS_TIME_COUNTER_FLOAT", None),
+        (f"{_MC}.unified_cache.component_type.ComponentType.MAMBA", None),
+        (f"{_MC}.memory_pool.MambaPool.get_cpu_copy", ("self", "indices")),
+        (f"{_MC}.memory_pool.MambaPool.load_cpu_copy", ("self", "mamba_cache_cpu", "indices")),
+        (f"{_MC}.allocator.mamba.MambaSlotAllocator.alloc", ("self", "need_size")),
+        (f"{_MC}.allocator.mamba.MambaSlotAllocator.free", ("self", "free_index")),
+    ))
+
 #: Every row of the cache kind.
-CACHE_SYMBOLS = EVICTION_SYMBOLS + GAP_CACHE_SYMBOLS
+CACHE_SYMBOLS = EVICTION_SYMBOLS + GAP_CACHE_SYMBOLS + HISTATE_SYMBOLS

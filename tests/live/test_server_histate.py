@@ -1,0 +1,142 @@
+"""HiState live (``+cache=histate``): a hybrid model's recurrent-state snapshots demoted to the
+SSD store under state-pool pressure, and read back when a later turn resumes from them.
+
+``model=lfm2_tiny`` with four state slots: a multi-turn script with a branch fills the pool,
+other sessions push the turns' states out (demoted, their KV kept), and the next turn still
+resumes from the longest snapshot-backed match, read from SSD, with greedy output equal to HF
+transformers on the full context (float32). A snapshot file corrupted on disk is a miss:
+the turn recomputes, its output still exact. Stock SGLang drops those states (its eviction of a
+state at a leaf takes the leaf's KV with it), so the same turn there resumes from less.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.server
+
+OUT = 6
+"""New tokens per turn (ignore_eos: every turn has them all)."""
+SLOTS = 4
+"""Recurrent-state slots (``sglang.max_mamba_cache_size``): small, so other sessions push states out."""
+
+
+@pytest.fixture(scope="module")
+def snapshot_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("snapshots")
+
+
+@pytest.fixture(scope="module")
+def server(start_server, snapshot_dir):
+    server = start_server("model=lfm2_tiny", f"sglang.max_mamba_cache_size={SLOTS}", "+cache=histate",
+                          f"cache.snapshot_dir={snapshot_dir}", "cache.snapshot_gb=0.01",
+                          # NOTE: a read costs nothing: a state that goes is always demoted, never dropped with
+                          # its few tokens of KV (at 16, dropping a 5-token leaf is cheaper, and is chosen)
+                          "cache.snapshot_read_tokens=0")
+    yield server
+    server.stop()
+
+
+def generate(base_url: str, ids: list[int]) -> tuple[list[int], int]:
+    r = httpx.post(base_url + "/generate", timeout=600, json={
+        "input_ids": ids, "sampling_params": {"temperature": 0, "max_new_tokens": OUT, "ignore_eos": True}})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    return body["output_ids"], body["meta_info"]["cached_tokens"]
+
+
+def counters(base_url: str) -> dict[str, float]:
+    text = httpx.get(base_url + "/metrics", timeout=30).text
+    return {m.group(1): float(m.group(2))
+            for m in re.finditer(r"^switchboard_histate_snapshots_(\w+)_total(?:\{[^}]*\})? ([0-9.e+]+)$", text, re.M)}
+
+
+def hf_greedy(hf, ids: list[int]) -> list[int]:
+    torch = hf.torch
+    x = torch.tensor([ids])
+    config = hf.model.generation_config
+    eos = config.eos_token_id
+    config.eos_token_id = None  # NOTE: the server ran with ignore_eos; restored for the session's other users
+    try:
+        with torch.no_grad():
+            out = hf.model.generate(x, max_new_tokens=OUT, do_sample=False, attention_mask=torch.ones_like(x),
+                                    pad_token_id=0)
+    finally:
+        config.eos_token_id = eos
+    return out[0, len(ids):].tolist()
+
+
+def pressure(base_url: str, rng: random.Random, n: int = SLOTS + 2) -> None:
+    """Other sessions, one at a time: their states take every slot."""
+    for _ in range(n):
+        generate(base_url, words(rng, 60))
+
+
+def words(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(300, 40_000) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def stock(start_server):
+    server = start_server("model=lfm2_tiny", f"sglang.max_mamba_cache_size={SLOTS}")
+    yield server
+    server.stop()
+
+
+def script(base: str) -> tuple[list[int], list[int], int, int, dict[str, float], dict[str, float]]:
+    """Two turns and a branch, other sessions, then a third turn: its prompt, its answer, its
+    cached tokens, the longest match a kept snapshot backs, and the counters before and after it."""
+    rng = random.Random(0)
+    first = words(rng, 160)
+    a1, cached = generate(base, first)
+    assert cached == 0
+    # turn 2 and a branch beside it both resume from turn 1's end (the last token has no KV yet)
+    turn2 = first + a1 + words(rng, 40)
+    a2, cached = generate(base, turn2)
+    assert cached == len(first) + OUT - 1
+    _, cached = generate(base, first + a1 + words(rng, 40))
+    assert cached == len(first) + OUT - 1
+    pressure(base, rng)
+    pushed = counters(base)
+    # turn 3 resumes from turn 2's end
+    turn3 = turn2 + a2 + words(rng, 30)
+    a3, cached = generate(base, turn3)
+    return turn3, a3, cached, len(turn2) + OUT - 1, pushed, counters(base)
+
+
+def test_a_turn_resumes_from_a_snapshot_read_back_from_ssd_and_equals_hf(server, lfm2_hf):
+    turn3, a3, cached, longest, pushed, after = script(server.base_url)
+    assert pushed["written"] > 0  # the other sessions pushed states out to SSD
+    assert cached == longest and after["read"] > pushed["read"]  # turn 2's end came back from SSD
+    assert a3 == hf_greedy(lfm2_hf, turn3)
+
+
+def test_stock_sglang_drops_the_state_and_resumes_from_less(stock, server, lfm2_hf):
+    turn3, a3, cached, longest, _, after = script(stock.base_url)
+    assert after == {}  # no snapshot cache there
+    assert cached < longest
+    assert a3 == hf_greedy(lfm2_hf, turn3)
+
+
+def test_a_corrupt_snapshot_is_a_miss_and_the_turn_recomputes_exactly(server, lfm2_hf, snapshot_dir):
+    rng = random.Random(1)
+    base = server.base_url
+    first = words(rng, 120)
+    a1, _ = generate(base, first)
+    pressure(base, rng)
+    files = sorted(snapshot_dir.glob("*.snap"))
+    assert files, "nothing was demoted"
+    for path in files:
+        data = bytearray(path.read_bytes())
+        data[-1] ^= 0xFF
+        path.write_bytes(bytes(data))
+    before = counters(base)
+    turn2 = first + a1 + words(rng, 30)
+    a2, cached = generate(base, turn2)
+    assert cached < len(first) + OUT - 1  # NOTE: not the corrupt state's match
+    assert counters(base)["missed"] > before.get("missed", 0)
+    assert a2 == hf_greedy(lfm2_hf, turn2)
