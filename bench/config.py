@@ -109,8 +109,28 @@ def resolve_bench(cfg: DictConfig) -> BenchSettings:
         raise ConfigError(one_line(exc)) from exc
     _check_live(settings)
     _check_dllm(settings)
+    _check_hybrid(settings)
     _check_adapters(settings)
     return settings
+
+
+def _check_hybrid(s: BenchSettings) -> None:
+    """One-line errors for what the hybrid-model cache (``sim.hybrid``) does not model."""
+    h = s.sim.hybrid
+    if not h.enabled:
+        return
+    if s.sim.dllm.enabled:
+        raise ConfigError("sim.hybrid.enabled and sim.dllm.enabled: a model is one or the other")
+    cache = s.policies.get("cache")
+    kv_tier = s.sim.hicache_tokens or (cache is not None and cache.host_settings().host_tier_tokens) \
+        or "tier" in s.policies
+    if kv_tier:
+        raise ConfigError("sim.hybrid models no KV level below the device (sim.hicache_tokens, "
+                          "cache.host_tier_tokens, +tier): SGLang's host pool of states is sim.hybrid.host_states")
+    if h.state_mb <= 0 or not 0 < h.kv_fraction <= 1 or h.device_states < 0 or h.host_states < 0 \
+            or h.ssd_read_gbs <= 0 or h.snapshot_every_tokens < 0:
+        raise ConfigError("sim.hybrid: state_mb and ssd_read_gbs must be > 0, kv_fraction in (0, 1], "
+                          "device_states, host_states and snapshot_every_tokens >= 0")
 
 
 def _check_adapters(s: BenchSettings) -> None:
@@ -152,9 +172,13 @@ def _check_live(s: BenchSettings) -> None:
 def simulated_model(s: BenchSettings) -> ModelInHost:
     """The simulated model, in the words the simulator's errors use (``sim.dllm.enabled``)."""
     if not s.sim.dllm.enabled:
+        if s.sim.hybrid.enabled:
+            return ModelInHost(ModelKind.autoregressive, "sim.hybrid.enabled simulates a hybrid model",
+                               "a hybrid model (sim.hybrid.enabled)", "add sim.dllm.enabled=true",
+                               hybrid="sim.hybrid")
         return ModelInHost(ModelKind.autoregressive, "the simulator runs an attention-only autoregressive model",
                            "an autoregressive model", "add sim.dllm.enabled=true",
-                           to_hybrid="the simulator models no hybrid model yet")
+                           to_hybrid="add sim.hybrid.enabled=true")
     # NOTE: the simulator's rounds are algorithm-agnostic (no dllm_algorithm to refuse by)
     return ModelInHost(ModelKind.diffusion, "sim.dllm.enabled simulates a diffusion LM",
                        "a diffusion LM (sim.dllm.enabled)", "add sim.dllm.enabled=true")

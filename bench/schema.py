@@ -320,6 +320,39 @@ class DllmSimConfig:
 
 
 @dataclass
+class HybridSimConfig:
+    """Simulate a hybrid model (attention beside recurrent layers) whose cached prefix resumes
+    only from a recurrent-state snapshot (``bench/sim/hybrid.py``; SGLang 0.5.23's unified radix
+    cache: KV and states in separate device pools). The prefill cost and the KV pool stay the
+    model profile's and ``sim.max_total_tokens``."""
+
+    enabled: bool = False
+    """Simulate the hybrid model's cache (``+cache=histate`` needs it)."""
+    state_mb: float = 50.0
+    """One snapshot, every recurrent layer (MB; ~51 for Qwen3.5-4B, sglang#39851)."""
+    kv_fraction: float = 0.25
+    """Share of the model profile's layers that keep KV (attention layers): scales the KV bytes
+    per token an eviction order sees."""
+    device_states: int = 64
+    """State slots on the device for the cache (SGLang's ``--max-mamba-cache-size`` less the
+    running requests' own)."""
+    snapshot_every_tokens: int = 0
+    """0: snapshots at chunk and prompt ends (SGLang's ``no_buffer``, the CPU's); N: also every
+    N tokens of a prompt (``extra_buffer``'s ``--mamba-track-interval``; a multiple of the trace's
+    block size)."""
+    max_states_per_path: int = -1
+    """SGLang's ``--mamba-max-states-per-path``: a new state drops the oldest on its path past
+    this many (-1: no cap)."""
+    host_states: int = 0
+    """State slots of SGLang's host pool (HiCache; 0: none): a device state that goes is copied
+    there if a slot is free (least recently used host state dropped first), read back at
+    ``sim.host_bandwidth_gbs``."""
+    ssd_read_gbs: float = 3.0
+    """Read bandwidth of the snapshot store (``cache.snapshot_gb``, an order that ranks
+    snapshots): a snapshot read back is charged ``state_mb`` at this rate before its pass."""
+
+
+@dataclass
 class SimConfig:
     """SGLang scheduler settings the simulator mirrors (defaults: SGLang's)."""
 
@@ -414,6 +447,8 @@ class SimConfig:
     """Seed of the gateway's random draws (ties, misses, ``random``)."""
     dllm: DllmSimConfig = field(default_factory=DllmSimConfig)
     """A diffusion LM's block rounds instead (``sim.dllm.enabled=true``)."""
+    hybrid: HybridSimConfig = field(default_factory=HybridSimConfig)
+    """A hybrid model's recurrent-state snapshots (``sim.hybrid.enabled=true``)."""
     spec: SpecSimConfig = field(default_factory=SpecSimConfig)
     """Speculative decoding's acceptance and drafting cost (with ``+speculative``)."""
 

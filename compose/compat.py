@@ -167,10 +167,11 @@ HOST_RULES: tuple[HostRule, ...] = (
              "SGLang's own host tier ({sglang_host_tier}) conflicts with +cache ({option}), a cache that "
              "holds gaps: use cache.host_tier_tokens"),
     # NOTE: a demoted snapshot needs a home; a store beside an order that demotes nothing is unused.
+    # NOTE: the store's size; its directory is the server's alone (server/sglang/cache/binding.py)
     HostRule("snapshots-need-a-store", "cache",
-             lambda needs, host, sglang_tier: needs.snapshots and not host.has_snapshot_store,
-             "+cache ({option}) demotes recurrent-state snapshots to an SSD store: set cache.snapshot_dir "
-             "and cache.snapshot_gb"),
+             lambda needs, host, sglang_tier: needs.snapshots and host.snapshot_gb <= 0,
+             "+cache ({option}) demotes recurrent-state snapshots to an SSD store: set cache.snapshot_gb "
+             "(and, on the server, cache.snapshot_dir)"),
     HostRule("store-needs-snapshots", "cache",
              lambda needs, host, sglang_tier: not needs.snapshots and host.snapshot_dir is not None,
              "cache.snapshot_dir keeps recurrent-state snapshots for a cache that ranks them (+cache=histate); "

@@ -157,11 +157,6 @@ class CacheHostConfig:
             raise ValueError(f"cache.snapshot_gb and cache.snapshot_read_tokens must be >= 0, "
                              f"got {self.snapshot_gb} and {self.snapshot_read_tokens}")
 
-    @property
-    def has_snapshot_store(self) -> bool:
-        """Whether a snapshot store is configured (a directory and a size)."""
-        return self.snapshot_dir is not None and self.snapshot_gb > 0
-
 
 @dataclass(frozen=True)
 class AdaptersHostConfig:

@@ -32,6 +32,7 @@ from bench.sim.binding import SimParts
 from bench.sim.cache import PrefixCache
 from bench.sim.cost import CostModel, IterationCost
 from bench.sim.engine import SimulationError, Simulator
+from bench.sim.hybrid import HybridCache
 from bench.sim.queue import WaitingQueue
 from bench.sim.request import Phase, SimRequest
 from bench.sim.settings import SimSettings
@@ -67,8 +68,14 @@ def build_simulator(trace: Trace, cost: IterationCost, settings: SimSettings, pa
         unit = max(trace.block_size, 1)
         host = parts.host_levels.bind(lambda: built[0].now, settings.capacity, cost.kv_bytes_per_token, unit)
         levels = (parts.host_levels, host)
-    cache = PrefixCache(max(trace.block_size, 1), policy, host_tier_tokens=tier,
-                        host_bandwidth_gbs=settings.host_bandwidth_gbs, levels=levels)
+    cache: PrefixCache
+    if settings.hybrid is not None:
+        # NOTE: the model's kind, not a policy's: KV tiers beside it are refused before (bench/config.py)
+        cache = HybridCache(max(trace.block_size, 1), policy, settings.hybrid, cost.kv_bytes_per_token,
+                            parts.snapshot_store_bytes, parts.snapshot_read_tokens, settings.host_bandwidth_gbs)
+    else:
+        cache = PrefixCache(max(trace.block_size, 1), policy, host_tier_tokens=tier,
+                            host_bandwidth_gbs=settings.host_bandwidth_gbs, levels=levels)
     queue = WaitingQueue(cache, order, in_batch_threshold=settings.in_batch_threshold,
                          native_queue_limit=settings.native_queue_limit,
                          touch=settings.touch_waiting, builtin_lru=eviction is None)

@@ -68,6 +68,11 @@ class SimParts:
     host_tier_tokens: int = 0
     """The cache kind's host tier (its host setting ``cache.host_tier_tokens``), handed
     to the cache as the server's binding hands it to the gap cache; 0 = none."""
+    snapshot_store_bytes: int = 0
+    """The cache kind's snapshot store (its host setting ``cache.snapshot_gb``, an order whose
+    needs say ``snapshots``); 0 = none."""
+    snapshot_read_tokens: int = 0
+    """What one snapshot read is worth in the order's ranking (``cache.snapshot_read_tokens``)."""
     host_levels: HostLevels | None = None
     """A kind's levels below the device (host memory, SSD), bound to the simulator's
     clock and pool when it is built (``cache.HostLevels``); ``None``: none."""

@@ -46,7 +46,12 @@ class _CacheBinding:
         policy = build_policy(spec)
         # NOTE: SGLang's own host tier beside the gap cache is refused before (compose/compat.py)
         parts.eviction = policy
-        parts.host_tier_tokens = spec.host_settings().host_tier_tokens
+        host = spec.host_settings()
+        parts.host_tier_tokens = host.host_tier_tokens
+        if spec.needs_of().snapshots:
+            # NOTE: a hybrid model is checked before (compose/compat.py); sim.hybrid models it
+            parts.snapshot_store_bytes = int(host.snapshot_gb * (1 << 30))
+            parts.snapshot_read_tokens = host.snapshot_read_tokens
         if spec.needs_of().interior:
             # NOTE: the server's gap cache forces disable_overlap_schedule (server/sglang/cache/binding.py)
             parts.overlap_off.append(f"+cache ({spec.target}): the gap cache")

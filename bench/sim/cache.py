@@ -192,6 +192,11 @@ class PrefixCache:
         self.tree.fill(node, restore=True)
         return gaps, restored
 
+    def take_resume_s(self, blocks: array[int] | None, k: int, now: float) -> float:
+        """Seconds before its prefill a request admitted at ``blocks[:k]`` waits to resume from
+        its match (a hybrid model's snapshot read back: ``hybrid.HybridCache``); 0 here."""
+        return 0.0
+
     def touch_waiting_prefixes(self, now: float) -> None:
         """A scheduling pass touched every waiting request's matched prefix."""
         self.tree.touch_waiting_prefixes(now)

@@ -116,6 +116,8 @@ class Simulator:
         self.on_sample = on_sample
         self._gaps: dict[SimRequest, tuple[list[tuple[int, int]], int]] = {}
         """Gap work of requests admitted this pass: (recompute segments, restored tokens)."""
+        self._resume_s = 0.0
+        """Seconds of snapshot reads the next prefill pass waits for (``cache.take_resume_s``)."""
         self.gap_recomputed_tokens = 0
         self.restored_tokens = 0
         self.evicted_recomputed_tokens = 0
@@ -301,6 +303,7 @@ class Simulator:
             r.lock_node = r.match_node
             r.inserted_blocks = r.match_blocks
             r.computed = r.cached_tokens()
+            self._resume_s += self.cache.take_resume_s(r.blocks, r.match_blocks, self.now)
             recomputed = self._fill_gaps(r) if self.cache.may_have_gaps else 0
             reused = r.computed - recomputed
             if r.cached_first is None:
@@ -339,15 +342,18 @@ class Simulator:
             for seam in self.on_batch:
                 self.now += seam.batch_formed(batch, True)
         pairs = [(e, r.computed) for r, e in adder.batch]
+        # NOTE: snapshots read back before the pass (hybrid models), not overlapped with it
+        extra_s, self._resume_s = self._resume_s, 0.0
         if self._gaps:
             gaps = [g for r, _ in adder.batch for g in self._gaps.get(r, ((), 0))[0]]
             restored = sum(self._gaps.get(r, ((), 0))[1] for r, _ in adder.batch)
             self._gaps.clear()
-            extra_s = 0.0
             if restored:
-                extra_s = self.cache.restore_s(restored, self.cost.kv_bytes_per_token)
+                extra_s += self.cache.restore_s(restored, self.cost.kv_bytes_per_token)
             self.now += self.cost.prefill_time(pairs, gaps, extra_s) if gaps or extra_s \
                 else self.cost.prefill_time(pairs)
+        elif extra_s:
+            self.now += self.cost.prefill_time(pairs, (), extra_s)
         else:
             self.now += self.cost.prefill_time(pairs)
         for r, extend in adder.batch:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from bench.metrics import RequestRecord, Timeline
 from bench.sim import CostModel, SimSettings, TimelineSampler, build_simulator, records_of
 from bench.sim.binding import Scope, counter_names, sim_parts
+from bench.sim.hybrid import HybridCache
 from bench.sim.overlap import IterationLog, client_visible, overlap_charged
 from bench.traces import Trace
 from compose.config import ConfigError
@@ -89,6 +90,8 @@ def _autoregressive_server(settings: BenchSettings, trace: Trace, cost: CostMode
         "token_times": "as clients see them (synchronous forward: one iteration late)" if sync
         else "iteration ends",
     }
+    if isinstance(sim.cache, HybridCache):
+        meta["hybrid"] = sim.cache.report()
     if iterations is not None:
         # NOTE: SGLang's own accounting, comparable with a live run's (bench.counters).
         meta["engine_counters"] = iterations.engine_counters().to_dict()

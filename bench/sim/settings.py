@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.schema import AcceleratorConfig, ModelProfileConfig, SimConfig, TouchMode
+from bench.schema import AcceleratorConfig, HybridSimConfig, ModelProfileConfig, SimConfig, TouchMode
 from bench.sim.cost import CostModel
 from bench.sim.signal import LengthSignal
 
@@ -37,6 +37,8 @@ class SimSettings:
     """SGLang's own host tier, modelled (``sim.hicache_tokens``); 0 = none. The cache
     kind's own (``cache.host_tier_tokens``) comes with its parts (``SimParts.host_tier_tokens``)."""
     host_bandwidth_gbs: float = 50.0
+    hybrid: HybridSimConfig | None = None
+    """A hybrid model's snapshots (``sim.hybrid``); ``None``: attention only."""
 
     @classmethod
     def resolve(cls, sim: SimConfig, accel: AcceleratorConfig, model: ModelProfileConfig,
@@ -68,4 +70,5 @@ class SimSettings:
             length_signal=(None if sim.length_signal_log_std is None else LengthSignal(
                 sim.length_signal_log_std, sim.length_signal_log_mean, sim.length_signal_seed)),
             host_tier_tokens=sim.hicache_tokens, host_bandwidth_gbs=sim.host_bandwidth_gbs,
+            hybrid=sim.hybrid if sim.hybrid.enabled else None,
         )

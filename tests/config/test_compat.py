@@ -73,7 +73,8 @@ THROUGH_HOSTS = [
      None, "separate forwards"),
     ("gaps-on-block-pages", ["model=sdar_tiny", "+cache=penelope"], ["sim.dllm.enabled=true", "+cache=penelope"],
      "pages KV by block"),
-    ("gaps-on-hybrid", ["model=lfm2_tiny", "+cache=penelope"], None, "resumes a prefix only from a whole"),
+    ("gaps-on-hybrid", ["model=lfm2_tiny", "+cache=penelope"], ["sim.hybrid.enabled=true", "+cache=penelope"],
+     "resumes a prefix only from a whole"),
     ("snapshots-need-hybrid", ["+cache=histate"], ["+cache=histate"], "ranks recurrent-state snapshots with KV, but"),
     ("snapshots-on-rounds", ["model=sdar_tiny", "+cache=histate"], ["sim.dllm.enabled=true", "+cache=histate"],
      "ranks recurrent-state snapshots with KV; a diffusion LM"),
@@ -121,11 +122,9 @@ def test_one_host_tier_rule_refused_by_both_hosts():
             with pytest.raises(ConfigError, match=r"cache.host_tier_tokens needs a cache that holds gaps.*"
                                                   r"sglang.enable_hierarchical_cache=true"):
                 sglang_fields(resolve(compose(["server.device=cpu", *hybrid, server, tier])))
-            if hybrid:
-                continue  # the simulator models no hybrid model yet
             with pytest.raises(ConfigError, match=r"cache.host_tier_tokens needs a cache that holds gaps.*"
                                                   r"sim.hicache_tokens"):
-                resolve_bench(compose_bench([sim, tier]))
+                resolve_bench(compose_bench([sim, tier, *(["sim.hybrid.enabled=true"] if hybrid else [])]))
         else:
             assert sglang_fields(resolve(compose(["server.device=cpu", server, tier])))["page_size"] == 1
             assert resolve_bench(compose_bench([sim, tier])).policies["cache"].host_settings().host_tier_tokens == 1000
@@ -209,9 +208,10 @@ def test_a_snapshot_order_runs_in_the_snapshot_cache_with_its_store():
 
 
 @pytest.mark.parametrize("overrides, reason", [
-    (["+cache=histate"], r"demotes recurrent-state snapshots to an SSD store: set cache.snapshot_dir and "
-                         r"cache.snapshot_gb"),
-    (["+cache=histate", "cache.snapshot_dir=/tmp/x"], r"set cache.snapshot_dir and cache.snapshot_gb"),
+    (["+cache=histate"], r"demotes recurrent-state snapshots to an SSD store: set cache.snapshot_gb"),
+    (["+cache=histate", "cache.snapshot_dir=/tmp/x"], r"set cache.snapshot_gb"),
+    (["+cache=histate", "cache.snapshot_gb=1"], r"demotes recurrent-state snapshots to an SSD store: "
+                                                r"set cache.snapshot_dir$"),
     (["+cache=lru", "++cache.snapshot_dir=/tmp/x"], r"cache.snapshot_dir keeps recurrent-state snapshots for a "
                                                     r"cache that ranks them"),
     (["+cache=histate", *STORE, "sglang.enable_hierarchical_cache=true"],

@@ -27,7 +27,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -48,6 +48,7 @@ from sglang.srt.runtime_context import SpawnRanks, publish, reset_context  # noq
 from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 from sglang.srt.server_args import ServerArgs  # noqa: E402
 
+from policies.cache import EvictionPolicy  # noqa: E402
 from policies.cache.histate import HistatePolicy  # noqa: E402
 from server.sglang.cache.histate_cache import HiStateCache  # noqa: E402
 from server.sglang.cache.histate_setup import layout_refusal  # noqa: E402
@@ -207,14 +208,14 @@ class Rig:
             self.cache.evict_for_alloc(EvictParams(num_tokens=short))
         out = self.kv.alloc(n)
         assert out is not None, f"{n} KV slots not freed ({self.kv.available_size()} free)"
-        return out  # type: ignore[no-any-return]
+        return out
 
     def alloc_slot(self) -> torch.Tensor:
         if self.slots.available_size() < 1:
             self.cache.evict_for_alloc(EvictParams(mamba_num=1))
         out = self.slots.alloc(1)
         assert out is not None, "no state slot freed"
-        return out  # type: ignore[no-any-return]
+        return out
 
     # ------------------------------------------------------------ requests
     def admit(self, tokens: list[int], exact: bool) -> Live:
@@ -325,7 +326,9 @@ def build(tmp_path: Path, max_bytes: int = 1 << 20, tau_s: float = 60.0) -> Rig:
                                          page_size=1, tree_components=(FULL, MAMBA), tree_core_backend="python"))
     assert layout_refusal(cache) is None
     store = SnapshotStore(str(tmp_path / "snap"), max_bytes)
-    cache.attach(HistatePolicy(tau_s=tau_s), store, read_tokens=READ_TOKENS)
+    # NOTE: cast: the policies declare ``needs`` as a ClassVar, which mypy does not take for the
+    # protocol's instance member (histate_setup passes the policy untyped)
+    cache.attach(cast(EvictionPolicy, HistatePolicy(tau_s=tau_s)), store, read_tokens=READ_TOKENS)
     rig = Rig(cache, kv, req_pool.mamba_allocator, req_pool.mamba_pool, store)
     rig.check()
     return rig
@@ -360,9 +363,10 @@ def gen_tokens(rnd: random.Random, stems: list[list[int]], tails: list[list[int]
     return seq[:MAX_LEN]
 
 
-@pytest.mark.parametrize("tau_s", [60.0, 0.0], ids=["tau60", "tau0"])
-@pytest.mark.parametrize("store_snapshots", [None, 3], ids=["roomy-store", "3-snapshot-store"])
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize(("seed", "store_snapshots", "tau_s"), [
+    *[(seed, snapshots, 60.0) for seed in (1, 2, 3) for snapshots in (None, 3)],
+    (1, None, 0.0), (2, 3, 0.0),  # NOTE: tau 0: least recently used across kinds
+], ids=lambda v: "roomy" if v is None else f"{v:g}")
 def test_accounting_invariant_under_random_traffic(tmp_path: Path, seed: int, store_snapshots: int | None,
                                                    tau_s: float) -> None:
     """Random admissions, finishes, aborts, probes, pins and evictions (KV and state
@@ -378,7 +382,7 @@ def test_accounting_invariant_under_random_traffic(tmp_path: Path, seed: int, st
     stored: set[str] = set()
     seen: list[list[int]] = []
     ops = ["admit"] * 5 + ["finish"] * 4 + ["abort", "probe", "evict_kv", "evict_state", "alloc_kv", "alloc_state",
-                                            "pin", "unpin"]
+                                            "alloc_joint", "pin", "unpin"]
     for _ in range(STEPS):
         op = rnd.choice(ops)
         if op == "admit" and len(rig.live) < MAX_LIVE:
@@ -403,6 +407,12 @@ def test_accounting_invariant_under_random_traffic(tmp_path: Path, seed: int, st
             rig.cache.evict_for_alloc(EvictParams(num_tokens=rnd.randint(1, 48)))
         elif op == "alloc_state":
             rig.cache.evict_for_alloc(EvictParams(mamba_num=rnd.randint(1, 2)))
+        elif op == "alloc_joint":  # NOTE: cumulative quotas and the allocator's own stopping rule
+            need_kv, need_slots = rnd.randint(1, 48), rnd.randint(0, 1)
+            rig.cache.evict_for_alloc(
+                EvictParams(num_tokens=need_kv, mamba_num=need_slots),
+                allocation_reclaim_satisfied=lambda n=need_kv, s=need_slots: (
+                    rig.kv.available_size() >= n and rig.slots.available_size() >= s))
         elif op == "pin" and not rig.pins:
             node = rnd.choice([*rig.nodes(), rig.core.root_node])
             rig.pins.append((node.id, rig.cache.inc_lock_ref(node.id)))
@@ -438,14 +448,16 @@ def demote_leaf_state(rig: Rig, with_parent_state: bool) -> tuple[Any, Any]:
     rig.cached(P20 + A40)
     walked = rig.walk(P20 + A40)
     leaf = walked[-1][0]
-    parent = walked[0][0] if with_parent_state else None
-    pin = rig.cache.inc_lock_ref(parent.id) if parent is not None else None
+    parent: Any = walked[0][0] if with_parent_state else None
+    if parent is not None:
+        rig.pins.append((parent.id, rig.cache.inc_lock_ref(parent.id)))
     kv_before = leaf.component_data[FULL].value.clone()
     result = rig.cache.evict_for_alloc(EvictParams(mamba_num=1))  # NOTE: one more free slot than now
     assert rig.slots.available_size() == STATE_SLOTS - (1 if with_parent_state else 0)
     assert result.num_tokens_evicted == 0, "a state shortfall dropped KV instead of demoting the state"
-    if pin is not None:
-        rig.cache.dec_lock_ref(parent.id, pin.to_dec_params())
+    for node_id, lock in rig.pins:
+        rig.cache.dec_lock_ref(node_id, lock.to_dec_params())
+    rig.pins.clear()
     # the tombstone: KV kept, state gone from the device, on SSD
     assert leaf.id in rig.core._node_arena and torch.equal(leaf.component_data[FULL].value, kv_before)
     assert leaf.component_data[MAMBA].value is None
@@ -476,10 +488,11 @@ def test_demoted_state_is_restored_bit_for_bit(tmp_path: Path, with_parent_state
     rig.slots.free(req.kv.mamba_pool_idx.reshape(1))  # NOTE: the request is not admitted after all
     rig.check()
     # the restored state is an ordinary device state: a second shortfall demotes it again, without a rewrite
-    mtime = os.stat(rig.store.path(str(leaf.id))).st_mtime_ns
+    stat = os.stat(rig.store.path(str(leaf.id)))
     rig.cache.evict(EvictParams(mamba_num=1 if parent is None else 2))
     assert leaf.component_data[MAMBA].value is None and leaf.id in rig.core._node_arena
-    assert os.stat(rig.store.path(str(leaf.id))).st_mtime_ns == mtime
+    again = os.stat(rig.store.path(str(leaf.id)))
+    assert (again.st_ino, again.st_mtime_ns) == (stat.st_ino, stat.st_mtime_ns)
     rig.check()
 
 
@@ -611,11 +624,6 @@ def test_restore_at_a_locked_tombstone_keeps_the_ledger(tmp_path: Path) -> None:
     rig.check()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "HiStateCache._restore evicts for its slot before it reads the snapshot: the eviction may demote "
-    "a state on the same path (only the target node is locked) and, the store being full, "
-    "_make_room deletes the very snapshot being restored (keep= names the demoted node only); "
-    "the read then misses and the match ends shallower than it would have without the restore"))
 def test_a_restore_never_loses_the_state_it_started_from(tmp_path: Path) -> None:
     rig = build(tmp_path)
     rig = build(tmp_path / "one", max_bytes=footprint(rig))  # room for one snapshot

@@ -43,7 +43,10 @@ class CacheBinding:
             raise ConfigError("+cache needs the prefix cache; remove sglang.disable_radix_cache")
         # NOTE: cache.host_tier_tokens with a tail-first cache is refused before (compose/compat.py)
         if spec.needs_of().snapshots:
-            # NOTE: the hybrid model, the store and SGLang's host tier are checked before (compose/compat.py)
+            # NOTE: the hybrid model, the store's size and SGLang's host tier are checked before (compose/compat.py)
+            if spec.host_settings().snapshot_dir is None:
+                raise ConfigError(f"+cache ({spec.target}) demotes recurrent-state snapshots to an SSD store: "
+                                  "set cache.snapshot_dir")
             if fields.get("speculative_algorithm"):
                 raise ConfigError(f"sglang.speculative_algorithm conflicts with +cache ({spec.target}): "
                                   "the snapshot cache reads one state per node, not speculative ones")

@@ -76,6 +76,8 @@ class HiStateCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untype
         self._sizes = ItemSizes((k_bytes + v_bytes) / (kv.size + kv.page_size), self._codec.nbytes, read_tokens)
         self._on_ssd: dict[int, int] = {}
         """Node id -> bytes its snapshot takes in the store."""
+        self._restoring: int | None = None
+        """The node whose snapshot is being read back (never deleted to make room meanwhile)."""
         self._counters = {name: prometheus_counter(f"switchboard_histate_snapshots_{name}", doc) for name, doc in (
             ("written", "Recurrent-state snapshots demoted to the SSD store"),
             ("read", "Snapshots read back from the SSD store into a state slot (SSD hits)"),
@@ -232,7 +234,7 @@ class HiStateCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untype
             return True
         arena = self.tree_core._node_arena
         ranked = sorted((self._policy.rank(ssd_state_view(self._facts(arena[i]), size)), i)
-                        for i, size in self._on_ssd.items() if i != keep and i in arena)
+                        for i, size in self._on_ssd.items() if i not in (keep, self._restoring) and i in arena)
         for _, node_id in ranked:
             if self._store.free_bytes >= need:
                 break
@@ -265,7 +267,16 @@ class HiStateCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untype
 
     def _restore(self, node: Any) -> None:
         """Read ``node``'s snapshot into a fresh state slot and attach it (a miss: nothing)."""
+        # NOTE: read (and check) first: making a slot free may demote a state on this path into a
+        # full store, whose room-making must not delete the snapshot being restored
+        data = self._store.get(str(node.id))
+        if data is None:
+            self._on_ssd.pop(node.id, None)
+            self._count("missed")
+            log.warning("switchboard: HiState snapshot of node %d failed its checks; recomputing", node.id)
+            return
         lock = self.inc_lock_ref(node.id)  # NOTE: before any eviction: the path must survive it
+        self._restoring = node.id
         try:
             allocator = self.req_to_token_pool.mamba_allocator
             slot = allocator.alloc(1)
@@ -274,17 +285,11 @@ class HiStateCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untype
                 slot = allocator.alloc(1)
             if slot is None:
                 return
-            data = self._store.get(str(node.id))
-            if data is None:
-                allocator.free(slot)
-                self._on_ssd.pop(node.id, None)
-                self._count("missed")
-                log.warning("switchboard: HiState snapshot of node %d failed its checks; recomputing", node.id)
-                return
             self._pool.load_cpu_copy(self._codec.decode(data), slot)
             self.tree_core.set_component_device_value(node.id, MAMBA, slot)
             self._count("read")
         finally:
+            self._restoring = None
             self.dec_lock_ref(node.id, lock.to_dec_params())
 
     def snapshot_counts(self) -> dict[str, int]:

@@ -1,0 +1,119 @@
+"""The simulated hybrid-model cache (``bench/sim/hybrid.py``): matches end at snapshots, the
+levels move and drop snapshots as the orders say, reads are charged, and the simulator's
+invariants hold over random workloads with the cache's own."""
+
+from __future__ import annotations
+
+from array import array
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bench.schema import HybridSimConfig
+from bench.sim import build_simulator
+from bench.sim.binding import SimParts
+from bench.sim.hybrid import DEVICE, HOST, SSD, HybridCache
+from policies.cache.histate import HistatePolicy
+from policies.cache.lru import LruPolicy
+from tests.sim.helpers import settings as sim_settings
+from tests.sim.test_sim_invariants import cost, replay_checked, workloads  # noqa: F401  (fixture)
+
+BS = 4
+STATE_MB = 2.0
+KV_BYTES = 1000.0
+
+
+def cache(policy=None, store_states: int = 0, **hybrid) -> HybridCache:
+    config = HybridSimConfig(enabled=True, state_mb=STATE_MB, **hybrid)
+    store = int(store_states * STATE_MB * 1e6)
+    return HybridCache(BS, policy or LruPolicy(), config, KV_BYTES, store, read_tokens=8, host_gbs=10.0)
+
+
+def blocks(*ids: int) -> array[int]:
+    return array("q", ids)
+
+
+def test_a_match_ends_at_the_deepest_snapshot_on_its_path():
+    c = cache(device_states=8)
+    c.insert(blocks(1, 2, 3), 12, now=1.0)           # a prompt: its end snapshotted
+    c.insert(blocks(1, 2, 3, 4, 5, 6), 24, now=2.0, inserted_blocks=3)
+    assert c.match(blocks(1, 2, 3, 4, 5, 6, 7), 3.0)[0] == 6
+    assert c.match(blocks(1, 2, 3, 4, 5), 3.0)[0] == 3   # KV through 5, the state only at 3
+    assert c.match(blocks(1, 2), 3.0)[0] == 0            # KV alone resumes nothing
+    c.check()
+
+
+def test_extra_buffer_snapshots_every_interval_too():
+    c = cache(device_states=8, snapshot_every_tokens=2 * BS)
+    c.insert(blocks(1, 2, 3, 4, 5), 20, now=1.0)
+    assert sorted(c.snapshots) == [2, 4, 5]
+    assert c.match(blocks(1, 2, 3, 9), 2.0)[0] == 2
+
+
+def test_per_component_lru_moves_to_the_host_pool_then_drops_the_oldest_there():
+    c = cache(device_states=1, host_states=1)
+    for t, b in enumerate((1, 2, 3)):
+        c.insert(blocks(b), 4, now=float(t))
+    assert {b: s.tier for b, s in c.snapshots.items()} == {2: HOST, 3: DEVICE}
+    assert c.dropped == 1
+    # a request resuming from the host copy waits for its read, then finds it on the device
+    assert c.take_resume_s(blocks(2), 1, now=5.0) == pytest.approx(STATE_MB * 1e6 / 10e9)
+    assert c.snapshots[2].tier == DEVICE and c.snapshots[3].tier == HOST
+    c.check()
+
+
+def test_histate_demotes_to_the_store_and_reads_back_at_its_bandwidth():
+    c = cache(HistatePolicy(), store_states=1, device_states=1, ssd_read_gbs=2.0)
+    c.insert(blocks(1), 4, now=0.0)
+    c.insert(blocks(2), 4, now=1.0)
+    assert c.snapshots[1].tier == SSD and c.snapshots[2].tier == DEVICE and c.dropped == 0
+    assert c.take_resume_s(blocks(1), 1, now=2.0) == pytest.approx(STATE_MB * 1e6 / 2e9)
+    assert c.snapshots[1].tier == DEVICE and c.snapshots[2].tier == SSD
+    # the store full: its lowest-ranked snapshot goes for a newer one
+    c.insert(blocks(3), 4, now=3.0)
+    assert len(c.at[SSD]) == 1 and c.dropped == 1
+    assert c.report()["snapshots_read_ssd"] == 1
+    c.check()
+
+
+def test_a_snapshot_leaves_with_its_kv():
+    c = cache(device_states=4)
+    c.insert(blocks(1, 2), 8, now=0.0)
+    c.insert(blocks(7, 8), 8, now=1.0)
+    c.evict(8)  # the least recently used KV: path (1, 2)
+    assert 2 not in c.snapshots and 8 in c.snapshots
+    c.check()
+
+
+def test_histate_ranks_kv_past_the_last_snapshot_first():
+    """KV a hybrid model cannot resume from costs nothing to lose: it goes before older KV that ends
+    in a snapshot (a per-component LRU would take the older first)."""
+    def build(policy):
+        c = cache(policy, store_states=4, device_states=4)
+        c.insert(blocks(1, 2), 8, now=0.0)                       # ends in a snapshot
+        c.insert(blocks(5, 6, 7), 12, now=1.0)
+        c.tree.match(blocks(5, 6, 7, 9), 2.0)
+        del c.snapshots[7], c.at[DEVICE][7]                      # its tail holds none...
+        c.insert(blocks(5, 6), 8, now=2.0)                       # ...its front does
+        c._changed(6)
+        c.evict(1)
+        return c
+    assert 7 not in build(HistatePolicy())._node_of             # the stateless tail went
+    assert 2 not in build(LruPolicy())._node_of                 # LRU took the older path
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trace=workloads(), capacity=st.integers(24, 600), chunk=st.sampled_from([None, 8, 32]),
+       states=st.integers(0, 4), host=st.integers(0, 2), store=st.integers(0, 3),
+       every=st.sampled_from([0, 8]), histate=st.booleans())
+def test_invariants_hold_for_any_workload(cost, trace, capacity, chunk, states, host, store,  # noqa: F811
+                                          every, histate):
+    hybrid = HybridSimConfig(enabled=True, state_mb=1.0, device_states=states, host_states=host,
+                             snapshot_every_tokens=every * trace.block_size // 4)
+    s = sim_settings(capacity=capacity, chunked_prefill_size=chunk, context_length=4096, hybrid=hybrid)
+    parts = SimParts(eviction=HistatePolicy(tau_s=1.0) if histate else None,
+                     snapshot_store_bytes=int(store * 1e6) if histate else 0, snapshot_read_tokens=4)
+    sim = build_simulator(trace, cost, s, parts)
+    assert isinstance(sim.cache, HybridCache)
+    replay_checked(sim, trace, cost)
