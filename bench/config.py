@@ -127,6 +127,11 @@ def _check_hybrid(s: BenchSettings) -> None:
     if kv_tier:
         raise ConfigError("sim.hybrid models no KV level below the device (sim.hicache_tokens, "
                           "cache.host_tier_tokens, +tier): SGLang's host pool of states is sim.hybrid.host_states")
+    if h.marconi and cache is not None and cache.needs_of().snapshots:
+        raise ConfigError("sim.hybrid.marconi models Marconi's own admission and eviction; "
+                          f"+cache ({cache.target}) is another order over snapshots: choose one")
+    if h.marconi_alpha < 0:
+        raise ConfigError(f"sim.hybrid.marconi_alpha must be >= 0, got {h.marconi_alpha}")
     if h.state_mb <= 0 or not 0 < h.kv_fraction <= 1 or h.device_states < 0 or h.host_states < 0 \
             or h.ssd_read_gbs <= 0 or h.snapshot_every_tokens < 0:
         raise ConfigError("sim.hybrid: state_mb and ssd_read_gbs must be > 0, kv_fraction in (0, 1], "

@@ -347,6 +347,13 @@ class HybridSimConfig:
     """State slots of SGLang's host pool (HiCache; 0: none): a device state that goes is copied
     there if a slot is free (least recently used host state dropped first), read back at
     ``sim.host_bandwidth_gbs``."""
+    marconi: bool = False
+    """Model Marconi (MLSys'25) in place of SGLang's state admission and eviction: states
+    kept only at prompt ends and at branch points a prefill passes again; the device state
+    evicted first is the lowest in min-max normalised recency + ``marconi_alpha`` x normalised
+    FLOP efficiency (recompute saved per byte, its tokens). KV stays least recently used."""
+    marconi_alpha: float = 1.0
+    """Marconi's weight of FLOP efficiency against recency."""
     ssd_read_gbs: float = 3.0
     """Read bandwidth of the snapshot store (``cache.snapshot_gb``, an order that ranks
     snapshots): a snapshot read back is charged ``state_mb`` at this rate before its pass."""

@@ -155,11 +155,12 @@ class PrefixCache:
         return min(num_blocks * self.block_size, input_tokens)
 
     def insert(self, blocks: array[int], input_tokens: int, now: float, inserted_blocks: int = 0,
-               priority: int = 0, session: str | None = None) -> tuple[Node, int]:
+               priority: int = 0, session: str | None = None, final: bool = True) -> tuple[Node, int]:
         """Cache ``blocks`` (a prompt's leading blocks); return the node the path
         ends in and the tokens of the new leaf. ``inserted_blocks``: how many of
         them this request inserted before (not counted as hits again). A hollow
-        node past ``inserted_blocks`` takes the request's own KV."""
+        node past ``inserted_blocks`` takes the request's own KV. ``final``: the
+        prompt is whole (else a chunk's end; ``hybrid.HybridCache`` tells them apart)."""
         done = self.tree.insert(blocks, now, num_tokens=self.tokens_of(len(blocks), input_tokens),
                                 inserted=inserted_blocks, priority=priority, session=session)
         if done.prefix_len < len(blocks) and self.on_insert is not None:

@@ -382,7 +382,7 @@ class Simulator:
             return
         node, _ = self.cache.insert(r.blocks[:n], r.input_len, self.now,
                                     inserted_blocks=r.inserted_blocks, priority=r.trace.priority or 0,
-                                    session=r.trace.session_id)
+                                    session=r.trace.session_id, final=r.computed >= r.input_len)
         moved = self.cache.tokens_of(n, r.input_len) - self.cache.tokens_of(r.inserted_blocks, r.input_len)
         r.private_tokens -= moved
         self.private_tokens -= moved

@@ -26,7 +26,9 @@ block names its prefix):
 
 ``NOTE`` (simplifications, kinder to stock SGLang): a device state at a KV leaf is
 dropped alone (SGLang drops the leaf's KV with it); SGLang's cap on states per path
-drops the shallowest device states past it.
+drops the shallowest device states past it. Marconi (``sim.hybrid.marconi``) is
+modelled by its admission and its state eviction; its KV stays least recently used
+(its one tree evicts KV and states by the same score).
 ``NOTE`` (invariants, ``check``): every snapshot's block is in the tree; the levels'
 counts match the records and stay within their slots; with a snapshot order, every
 evictable KV node is queued at the rank its current snapshots give it.
@@ -136,8 +138,19 @@ class HybridCache(PrefixCache):
 
     # ------------------------------------------------------------ inserting
     def insert(self, blocks: array[int], input_len: int, now: float, inserted_blocks: int = 0,
-               priority: int = 0, session: str | None = None) -> tuple[Node, int]:
-        node, new = super().insert(blocks, input_len, now, inserted_blocks, priority, session)
+               priority: int = 0, session: str | None = None, final: bool = True) -> tuple[Node, int]:
+        # NOTE: Marconi's branch point: KV this prefill recomputed (cached, but past its snapshot) up
+        # to where its path leaves the tree; the state there was computed on the way
+        branch = 0
+        if self.hybrid.marconi and blocks:
+            branch, _ = self.tree.match(blocks, now, touch=False, split=False)
+        node, new = super().insert(blocks, input_len, now, inserted_blocks, priority, session, final)
+        if self.hybrid.marconi:
+            if inserted_blocks < branch < len(blocks):
+                self._take(blocks, branch, now)
+            if final:
+                self._take(blocks, len(blocks), now)
+            return node, new
         every = self.hybrid.snapshot_every_tokens // self.block_size if self.hybrid.snapshot_every_tokens else 0
         if every:
             for i in range(inserted_blocks + 1, len(blocks)):
@@ -187,6 +200,8 @@ class HybridCache(PrefixCache):
         return True
 
     def _victim(self, tier: ItemTier, keep: int) -> int | None:
+        if self.hybrid.marconi:
+            return self._marconi_victim(tier, keep)
         best, best_key = None, None
         for b, snap in self.at[tier].items():
             if b == keep:
@@ -198,6 +213,24 @@ class HybridCache(PrefixCache):
             if best_key is None or key < best_key:
                 best, best_key = b, key
         return best
+
+    def _marconi_victim(self, tier: ItemTier, keep: int) -> int | None:
+        """Lowest min-max normalised recency + alpha x normalised FLOP efficiency (Marconi)."""
+        found = [(b, s) for b, s in self.at[tier].items()
+                 if b != keep and not ((n := self._node_of.get(b)) is not None and n.lock_ref > 0)]
+        if not found:
+            return None
+        recency = [s.last_access for _, s in found]
+        # NOTE: every state has one size: FLOPs saved per byte goes as the tokens it spares
+        saved = [float(self._back_blocks(b)) for b, _ in found]
+
+        def norm(xs: list[float]) -> list[float]:
+            lo, hi = min(xs), max(xs)
+            return [0.0 if hi == lo else (x - lo) / (hi - lo) for x in xs]
+
+        alpha = self.hybrid.marconi_alpha
+        scores = [r + alpha * f for r, f in zip(norm(recency), norm(saved), strict=True)]
+        return found[min(range(len(found)), key=lambda i: (scores[i], recency[i]))][0]
 
     def _evict_snapshot(self, b: int, now: float) -> None:
         snap = self.snapshots[b]

@@ -63,7 +63,7 @@ GOLDEN: dict[str, str] = {
     "dwise": "1b54ea31d1d60b85",
     "fairway": "7b114d5c4d188520",
     "flatcake": "6a25e02e91abab5f",
-    "histate": "eeab56e71a5e1f6f",
+    "histate": "ce670891deeef690",
     "leap": "fd61ee78586891a6",
     "penelope": "b766fc804ce7d929",
     "router": "e3d0d089f4413e37",

@@ -106,14 +106,39 @@ def test_histate_ranks_kv_past_the_last_snapshot_first():
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trace=workloads(), capacity=st.integers(24, 600), chunk=st.sampled_from([None, 8, 32]),
        states=st.integers(0, 4), host=st.integers(0, 2), store=st.integers(0, 3),
-       every=st.sampled_from([0, 8]), histate=st.booleans())
+       every=st.sampled_from([0, 8]), order=st.sampled_from(["lru", "marconi", "histate"]))
 def test_invariants_hold_for_any_workload(cost, trace, capacity, chunk, states, host, store,  # noqa: F811
-                                          every, histate):
+                                          every, order):
+    histate = order == "histate"
     hybrid = HybridSimConfig(enabled=True, state_mb=1.0, device_states=states, host_states=host,
-                             snapshot_every_tokens=every * trace.block_size // 4)
+                             snapshot_every_tokens=every * trace.block_size // 4, marconi=order == "marconi")
     s = sim_settings(capacity=capacity, chunked_prefill_size=chunk, context_length=4096, hybrid=hybrid)
     parts = SimParts(eviction=HistatePolicy(tau_s=1.0) if histate else None,
                      snapshot_store_bytes=int(store * 1e6) if histate else 0, snapshot_read_tokens=4)
     sim = build_simulator(trace, cost, s, parts)
     assert isinstance(sim.cache, HybridCache)
     replay_checked(sim, trace, cost)
+
+
+def test_marconi_keeps_prompt_ends_and_branch_points_not_chunk_ends():
+    c = cache(device_states=8, marconi=True)
+    c.insert(blocks(1, 2), 16, now=0.0, final=False)              # a chunk's end: not kept
+    c.insert(blocks(1, 2, 3, 4), 16, now=1.0, inserted_blocks=2)  # the prompt's end
+    assert sorted(c.snapshots) == [4]
+    # a second prompt recomputes (1, 2) (no snapshot there) and leaves the path after block 2
+    c.insert(blocks(1, 2, 7, 8), 16, now=2.0)
+    assert sorted(c.snapshots) == [2, 4, 8]
+    c.check()
+
+
+def test_marconi_evicts_the_lowest_recency_plus_alpha_flop_efficiency():
+    c = cache(device_states=2, marconi=True, marconi_alpha=2.0)
+    c.insert(blocks(1, 2, 3, 4, 5, 6, 7, 8), 32, now=0.0)        # old, spares 8 blocks
+    c.insert(blocks(20), 4, now=1.0)                             # recent, spares 1 block
+    c.insert(blocks(30), 4, now=2.0)                             # needs a slot
+    # normalised: the old state 0 + 2 x 1 (spares most), the recent one 1 + 2 x 0: the recent one goes
+    assert sorted(c.snapshots) == [8, 30]
+    lru = cache(device_states=2)
+    for t, path in enumerate(((1, 2, 3, 4, 5, 6, 7, 8), (20,), (30,))):
+        lru.insert(blocks(*path), 4 * len(path), now=float(t))
+    assert sorted(lru.snapshots) == [20, 30]
