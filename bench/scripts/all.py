@@ -76,6 +76,7 @@ TABLES: tuple[Table, ...] = (
     Table("leap", ("bench.scripts.leap_sim",), ("leap.md",)),
     Table("penelope", ("bench.scripts.penelope",), ("penelope.md",)),
     Table("tiers", ("bench.scripts.tiers",), ("tiers.md",)),
+    Table("histate", ("bench.scripts.histate",), ("histate.md",)),
     Table("basin_surge", ("bench.scripts.basin_surge",), ("basin_surge.md", "basin_surge.png")),
     Table("router", ("bench.scripts.router",), ("router.md",)),
     Table("dwise", ("bench.scripts.dwise",), ("dwise.md",)),
