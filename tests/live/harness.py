@@ -161,3 +161,21 @@ def wait_for_hicache_room(host_tokens: int, timeout: float = 300) -> None:
     need = HICACHE_RESERVE_BYTES + host_tokens * KV_BYTES_PER_TOKEN + 2 * 1024**3  # NOTE: the server's own processes start first
     wait_for(lambda: psutil.virtual_memory().available >= need, timeout=timeout,
              what=f"{need / 1024**3:.1f} GiB of available host memory (SGLang's HiCache reserve + the pool)")
+
+
+def start_with_hicache_room(start: Any, host_tokens: int, *overrides: str, attempts: int = 3) -> Any:
+    """``start(*overrides)`` (the ``start_server`` factory) once SGLang would grant a HiCache host pool
+    of ``host_tokens``, again (at most ``attempts`` in all) if SGLang still refused the pool.
+
+    NOTE: the wait and SGLang's own check are two moments: the other worker may start a server in
+    between (seen: 8.6 GiB left at the check after the wait had seen enough)."""
+    import pytest
+
+    for attempt in range(attempts):
+        wait_for_hicache_room(host_tokens)
+        try:
+            return start(*overrides)
+        except pytest.fail.Exception as exc:
+            if "No host memory is left for HiCache" not in str(exc) or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")

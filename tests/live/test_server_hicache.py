@@ -19,7 +19,7 @@ import pytest
 
 from bench.live import tiers
 from bench.live.faults import healthy
-from tests.live.harness import wait_for_hicache_room
+from tests.live.harness import start_with_hicache_room
 
 pytestmark = pytest.mark.server
 
@@ -35,8 +35,8 @@ def storage_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(start_server, storage_dir):
-    wait_for_hicache_room(tiers.host_tokens(DEVICE_TOKENS))
-    server = start_server(*tiers.hicache_overrides(storage_dir, DEVICE_TOKENS))
+    server = start_with_hicache_room(start_server, tiers.host_tokens(DEVICE_TOKENS),
+                                     *tiers.hicache_overrides(storage_dir, DEVICE_TOKENS))
     yield server
     server.stop()
 

@@ -80,8 +80,10 @@ def words(rng: random.Random, n: int) -> list[int]:
     return [rng.randrange(300, 40_000) for _ in range(n)]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def stock(start_server):
+    """Stock SGLang on the same model, for one test (NOTE: it runs first, so the module holds one
+    server at a time: the other worker's HiCache servers need the host memory)."""
     server = start_server("model=lfm2_tiny", f"sglang.max_mamba_cache_size={SLOTS}")
     yield server
     server.stop()
@@ -108,17 +110,17 @@ def script(base: str) -> tuple[list[int], list[int], int, int, dict[str, float],
     return turn3, a3, cached, len(turn2) + OUT - 1, pushed, counters(base)
 
 
+def test_stock_sglang_drops_the_state_and_resumes_from_less(stock, lfm2_hf):
+    turn3, a3, cached, longest, _, after = script(stock.base_url)
+    assert after == {}  # no snapshot cache there
+    assert cached < longest
+    assert a3 == hf_greedy(lfm2_hf, turn3)
+
+
 def test_a_turn_resumes_from_a_snapshot_read_back_from_ssd_and_equals_hf(server, lfm2_hf):
     turn3, a3, cached, longest, pushed, after = script(server.base_url)
     assert pushed["written"] > 0  # the other sessions pushed states out to SSD
     assert cached == longest and after["read"] > pushed["read"]  # turn 2's end came back from SSD
-    assert a3 == hf_greedy(lfm2_hf, turn3)
-
-
-def test_stock_sglang_drops_the_state_and_resumes_from_less(stock, server, lfm2_hf):
-    turn3, a3, cached, longest, _, after = script(stock.base_url)
-    assert after == {}  # no snapshot cache there
-    assert cached < longest
     assert a3 == hf_greedy(lfm2_hf, turn3)
 
 

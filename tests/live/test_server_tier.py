@@ -23,7 +23,7 @@ import pytest
 
 from bench.live import tiers
 from bench.live.chat import metric_total
-from tests.live.harness import wait_for_hicache_room
+from tests.live.harness import start_with_hicache_room
 
 pytestmark = pytest.mark.server
 
@@ -35,10 +35,10 @@ SSD_GB = 1.0
 def _tier_server(start_server, option: str, ssd, host_ratio: int, *overrides: str):
     """A ``+tier=<option>`` server on the segment store in ``ssd``, a ``DEVICE_TOKENS`` pool and a
     host level of ``host_ratio`` pools, started once SGLang would grant that host pool."""
-    wait_for_hicache_room(host_ratio * DEVICE_TOKENS)
-    return start_server("model.dtype=float32", f"+tier={option}", f"tier.ssd_dir={ssd}", f"tier.ssd_gb={SSD_GB}",
-                        "tier.storage=segments", f"tier.host_ratio={host_ratio}",
-                        f"sglang.max_total_tokens={DEVICE_TOKENS}", "sglang.enable_cache_report=true", *overrides)
+    return start_with_hicache_room(
+        start_server, host_ratio * DEVICE_TOKENS, "model.dtype=float32", f"+tier={option}", f"tier.ssd_dir={ssd}",
+        f"tier.ssd_gb={SSD_GB}", "tier.storage=segments", f"tier.host_ratio={host_ratio}",
+        f"sglang.max_total_tokens={DEVICE_TOKENS}", "sglang.enable_cache_report=true", *overrides)
 
 
 def _assert_no_block_in_both_levels(url: str) -> None:
