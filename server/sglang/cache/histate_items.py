@@ -16,7 +16,9 @@ A hybrid model's cache holds three kinds of item (``policies.cache`` NOTE on sna
 SGLang dates nodes with a logical counter (``get_and_increase_time_counter``),
 not seconds, and a policy's time constants are seconds: ``AccessClock`` maps
 counter values to the monotonic time at which the counter had reached them,
-from samples the cache takes at each match and eviction.
+from samples the cache takes at each eviction and at each admission match
+while the store holds snapshots (between samples a node reads as the earlier
+sample's time: coarse, never out of order).
 
 NOTE: invariant: ``AccessClock.seconds`` is monotone in the counter (samples
 are appended in time order and the counter only grows), so ranks keep the
