@@ -58,6 +58,22 @@ class HFReference:
             self._answers[key] = self._generate(messages, max_new_tokens)
         return self._answers[key]
 
+    def greedy_ids(self, ids: Sequence[int], max_new_tokens: int) -> list[int]:
+        """Greedy new token ids after the prompt ``ids``, exactly ``max_new_tokens`` of them: EOS does not
+        stop it (a server run with ``ignore_eos``)."""
+        x = self.torch.tensor([list(ids)])
+        config = self.model.generation_config
+        eos = config.eos_token_id
+        config.eos_token_id = None  # NOTE: restored for this reference's other users
+        try:
+            with self.torch.no_grad():
+                out = self.model.generate(x, max_new_tokens=max_new_tokens, do_sample=False,
+                                          attention_mask=self.torch.ones_like(x), pad_token_id=0)
+        finally:
+            config.eos_token_id = eos
+        new: list[int] = out[0, len(ids):].tolist()
+        return new
+
     def _generate(self, messages: Sequence[Mapping[str, object]], max_new_tokens: int) -> tuple[str, int, int]:
         text = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         ids = self.tok(text, add_special_tokens=False, return_tensors="pt").input_ids

@@ -55,21 +55,6 @@ def counters(base_url: str) -> dict[str, float]:
             for m in re.finditer(r"^switchboard_histate_snapshots_(\w+)_total(?:\{[^}]*\})? ([0-9.e+]+)$", text, re.M)}
 
 
-def hf_greedy(hf, ids: list[int]) -> list[int]:
-    torch = hf.torch
-    x = torch.tensor([ids])
-    config = hf.model.generation_config
-    eos = config.eos_token_id
-    config.eos_token_id = None  # NOTE: the server ran with ignore_eos; restored for the session's other users
-    try:
-        with torch.no_grad():
-            out = hf.model.generate(x, max_new_tokens=OUT, do_sample=False, attention_mask=torch.ones_like(x),
-                                    pad_token_id=0)
-    finally:
-        config.eos_token_id = eos
-    return out[0, len(ids):].tolist()
-
-
 def pressure(base_url: str, rng: random.Random, n: int = SLOTS + 2) -> None:
     """Other sessions, one at a time: their states take every slot."""
     for _ in range(n):
@@ -114,14 +99,14 @@ def test_stock_sglang_drops_the_state_and_resumes_from_less(stock, lfm2_hf):
     turn3, a3, cached, longest, _, after = script(stock.base_url)
     assert after == {}  # no snapshot cache there
     assert cached < longest
-    assert a3 == hf_greedy(lfm2_hf, turn3)
+    assert a3 == lfm2_hf.greedy_ids(turn3, OUT)
 
 
 def test_a_turn_resumes_from_a_snapshot_read_back_from_ssd_and_equals_hf(server, lfm2_hf):
     turn3, a3, cached, longest, pushed, after = script(server.base_url)
     assert pushed["written"] > 0  # the other sessions pushed states out to SSD
     assert cached == longest and after["read"] > pushed["read"]  # turn 2's end came back from SSD
-    assert a3 == hf_greedy(lfm2_hf, turn3)
+    assert a3 == lfm2_hf.greedy_ids(turn3, OUT)
 
 
 def test_a_corrupt_snapshot_is_a_miss_and_the_turn_recomputes_exactly(server, lfm2_hf, snapshot_dir):
@@ -141,4 +126,4 @@ def test_a_corrupt_snapshot_is_a_miss_and_the_turn_recomputes_exactly(server, lf
     a2, cached = generate(base, turn2)
     assert cached < len(first) + OUT - 1  # NOTE: not the corrupt state's match
     assert counters(base)["missed"] > before.get("missed", 0)
-    assert a2 == hf_greedy(lfm2_hf, turn2)
+    assert a2 == lfm2_hf.greedy_ids(turn2, OUT)

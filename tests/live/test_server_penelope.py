@@ -134,22 +134,11 @@ def test_shared_system_prompt_survives_the_eviction(runs, segments):
 
 
 def test_turns_after_the_gap_equal_an_unevicted_server_and_hf(runs, hf, tok):
-    import torch
-
     gapped, whole = runs["gapped"], runs["whole"]
     assert gapped["t3"] == whole["t3"]  # turns 1 and 2 agreed, so turn 3's prompt is the same
     assert gapped["a3"] == whole["a3"]
     assert "chess" in tok.decode(gapped["t3"]) and len(set(gapped["a3"])) > 4  # a real answer, not a loop
-    ids = torch.tensor([gapped["t3"]])
-    config, eos = hf.model.generation_config, hf.model.generation_config.eos_token_id
-    config.eos_token_id = None  # NOTE: the server ran with ignore_eos; restored for the session's other users
-    try:
-        with torch.no_grad():
-            out = hf.model.generate(ids, max_new_tokens=OUT, do_sample=False, attention_mask=torch.ones_like(ids),
-                                    pad_token_id=0)
-    finally:
-        config.eos_token_id = eos
-    assert out[0, ids.shape[1]:].tolist() == gapped["a3"]
+    assert hf.greedy_ids(gapped["t3"], OUT) == gapped["a3"]  # NOTE: the server ran with ignore_eos
 
 
 def test_a_host_tier_restores_the_gap_instead_of_recomputing_it(runs, segments):

@@ -74,6 +74,8 @@ class HiStateCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untype
         kv = self.token_to_kv_pool_allocator.get_kvcache()
         k_bytes, v_bytes = kv.get_kv_size_bytes()
         self._sizes = ItemSizes((k_bytes + v_bytes) / (kv.size + kv.page_size), self._codec.nbytes, read_tokens)
+        self._store_fits = store.footprint(self._codec.nbytes) <= store.max_bytes
+        """Whether the store can take a snapshot at all (else a state that goes is lost)."""
         self._on_ssd: dict[int, int] = {}
         """Node id -> bytes its snapshot takes in the store."""
         self._restoring: int | None = None
@@ -137,8 +139,7 @@ class HiStateCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untype
                             node.id in self._on_ssd, count_kv=FULL in wanted, count_state=MAMBA in wanted)
 
     def _state_view(self, node: Any) -> BlockView:
-        takes = node.id in self._on_ssd or self._store.footprint(self._codec.nbytes) <= self._store.max_bytes
-        return device_state_view(self._facts(node), self._sizes, takes)
+        return device_state_view(self._facts(node), self._sizes, node.id in self._on_ssd or self._store_fits)
 
     # -------------------------------------------------------------- the queue
     def _evict_components(
@@ -214,8 +215,9 @@ class HiStateCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untype
         cd = node.component_data[MAMBA]
         if node.id not in self._on_ssd:
             data = self._codec.encode(self._pool.get_cpu_copy(cd.value))
-            if self._make_room(self._store.footprint(len(data)), keep=node.id) and self._store.put(str(node.id), data):
-                self._on_ssd[node.id] = self._store.footprint(len(data))
+            size = self._store.footprint(len(data))
+            if self._make_room(size, keep=node.id) and self._store.put(str(node.id), data):
+                self._on_ssd[node.id] = size
                 self._count("written")
         result = BaseEvictionResult()
         mamba = self.tree_core.components_by_type[MAMBA]
@@ -291,8 +293,3 @@ class HiStateCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untype
         finally:
             self._restoring = None
             self.dec_lock_ref(node.id, lock.to_dec_params())
-
-    def snapshot_counts(self) -> dict[str, int]:
-        """The store's counters (tests and logs)."""
-        store = self._store
-        return {"stored": len(store), "hits": store.hits, "misses": store.misses, "corrupt": store.corrupt}

@@ -56,7 +56,9 @@ def refusal(ctx: Any) -> str | None:
 
 def layout_refusal(cache: Any) -> str | None:
     """Why the snapshot codec cannot read ``cache``'s recurrent-state pool, or ``None``."""
-    if tuple(cache.tree_components) != (_full(), _mamba()):
+    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+
+    if tuple(cache.tree_components) != (ComponentType.FULL, ComponentType.MAMBA):
         return f"serves KV plus one recurrent state per node, not {cache.tree_components}"
     pool = cache.req_to_token_pool
     mamba = pool.mamba_pool
@@ -74,18 +76,6 @@ def _translates(pool: Any) -> bool:
 
     probe = torch.arange(1, 3, dtype=torch.int64, device=pool.mamba_pool.mamba_cache.temporal.device)
     return not torch.equal(pool.translate_mamba_indices(probe), probe)
-
-
-def _full() -> Any:
-    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
-
-    return ComponentType.FULL
-
-
-def _mamba() -> Any:
-    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
-
-    return ComponentType.MAMBA
 
 
 def _build(ctx: Any) -> Any:
