@@ -84,6 +84,15 @@ def replay_checked(sim, trace, cost) -> None:
         forward(node)
 
     sim.cache.on_evict = on_evict
+    first_gaps: dict[str, list[tuple[int, int]]] = {}
+    fill_gaps = sim._fill_gaps
+
+    def record_gaps(r):
+        recomputed = fill_gaps(r)
+        first_gaps.setdefault(r.rid, list(sim._gaps.get(r, ((), 0))[0]))
+        return recomputed
+
+    sim._fill_gaps = record_gaps
     sim.on_sample = lambda s: s.check()
     sim.run()
 
@@ -99,8 +108,12 @@ def replay_checked(sim, trace, cost) -> None:
         if r.phase is Phase.FINISHED:
             assert r.num_output == r.output_len
             assert r.first_token_s <= r.finish_s
-            # NOTE: the request's own prefill, alone, from what it found cached
-            own = cost.prefill_time([(r.input_len - r.cached_first, r.cached_first)])
+            # NOTE: the request's own prefill, alone, from what it found cached; a
+            # hollowed gap it refilled is charged at the gap's (earlier) positions
+            gaps = first_gaps.get(r.rid, [])
+            done = r.cached_first + sum(t for t, _ in gaps)
+            own = cost.prefill_time([(r.input_len - done, done)], gaps) if gaps \
+                else cost.prefill_time([(r.input_len - r.cached_first, r.cached_first)])
             assert r.first_token_s - r.arrival_s >= own - 1e-12
             assert sum(1 + end - start for _, start, end in r.segments) == r.num_output
         elif r.phase is Phase.REJECTED:
