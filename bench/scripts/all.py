@@ -85,6 +85,7 @@ TABLES: tuple[Table, ...] = (
           ("decisions_sim.md",)),
     Table("decisions_live", ("bench.scripts.decisions_live",), ("decisions.md",), live=True),
     Table("cpu_defaults", ("bench.scripts.cpu_defaults",), ("cpu_defaults.md",), live=True),
+    Table("idle_cpu", ("bench.scripts.idle_cpu",), ("idle_cpu.md",), live=True),
     Table("peer", ("bench.scripts.peer",), ("peer.md",), live=True),
     Table("reliability", ("bench.scripts.reliability",), ("reliability.md",), live=True),
     Table("dwise_estimators", ("bench.scripts.dwise_fit",), ("dwise_estimators.json",), live=True),

@@ -41,8 +41,10 @@ from typing import Any
 from bench.live.peer import RANDOM_IDS, SHARED_PREFIX, Dataset, Run, runs_on_server
 from bench.scripts.common import add_output_args, git_commit
 
+# NOTE: sleep_on_idle=false: SGLang's default, which this table was built with (the CPU
+# default since bench/results/idle_cpu.md; asleep only while idle, so not a load factor)
 STOCK = ("sglang.disable_overlap_schedule=false", "sglang.chunked_prefill_size=null",
-         "sglang.max_running_requests=null")
+         "sglang.max_running_requests=null", "sglang.sleep_on_idle=false")
 
 
 @dataclass(frozen=True)
