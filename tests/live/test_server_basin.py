@@ -55,6 +55,14 @@ def test_burst_of_sessions_completes_or_is_refused_and_leaks_nothing(server):
     asyncio.run(asyncio.wait_for(burst(), timeout=600))
     assert len(log["completed"]) + len(log["refused"]) == 50
     assert len(log["completed"]) >= 5, log  # sessions were admitted and finished all turns
+    held, later, rejected = (metric_total(server.base_url, f"switchboard_admission_{name}_total")
+                             for name in ("deferred", "admitted_after_deferral", "rejected"))
+    counts = f"{len(log['completed'])} completed, {len(log['refused'])} refused; held {held:g}, " \
+             f"admitted later {later:g}, rejected {rejected:g}"
+    # every 429 a client saw is one the gate counted, and it was refused only after being held
+    # (max_held is far above 50): each held first turn ended admitted later or refused
+    assert rejected == len(log["refused"]) and held == later + rejected, counts
+    assert held > 0 and later > 0, counts  # the budget bound, and held sessions were served later
     assert httpx.get(server.base_url + "/health", timeout=10).status_code == 200
     wait_for(lambda: kv_idle(server.base_url), timeout=60, what="every KV slot free")
 

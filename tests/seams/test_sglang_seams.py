@@ -113,11 +113,17 @@ class DeferThenDecide:
         return self.next
 
 
+def counts(gate: AdmissionGate) -> dict[str, float]:
+    """The gate's Prometheus counters (process-wide: compare differences)."""
+    return {name: c._value.get() for name, c in gate._counters.items()}
+
+
 def test_deferred_requests_sort_last_are_revisited_and_never_prefilled():
     tree = RadixCache.create_simulated()
     sched = FakeScheduler()
     policy = DeferThenDecide()
     gate = AdmissionGate(sched, policy)
+    start = counts(gate)
     held, later = make_req("held", range(50)), make_req("later", range(100, 110))
     assert gate.on_arrival(held) and is_deferred(held)
     sched.waiting_queue.append(held)
@@ -142,6 +148,25 @@ def test_deferred_requests_sort_last_are_revisited_and_never_prefilled():
     sp.calc_priority(sched.waiting_queue)
     assert [r.rid for r in sched.waiting_queue] == ["later"]
     assert sched.aborts[-1][1] is held and sched.released == [held]
+    end = counts(gate)
+    assert {k: end[k] - start[k] for k in end} == {"deferred": 1, "admitted_after_deferral": 0, "rejected": 1}
+
+
+def test_a_held_request_admitted_on_a_later_pass_is_counted_once():
+    sched = FakeScheduler()
+    policy = DeferThenDecide()
+    gate = AdmissionGate(sched, policy)
+    start = counts(gate)
+    held = make_req("held", range(20))
+    assert gate.on_arrival(held) and is_deferred(held)
+    sched.waiting_queue.append(held)
+    gate.revisit(sched.waiting_queue)  # still deferred: nothing moves
+    policy.next = AdmissionDecision(AdmissionAction.ADMIT)
+    gate.revisit(sched.waiting_queue)
+    gate.revisit(sched.waiting_queue)  # admitted: no longer revisited
+    assert not is_deferred(held) and sched.waiting_queue == [held] and sched.aborts == []
+    end = counts(gate)
+    assert {k: end[k] - start[k] for k in end} == {"deferred": 1, "admitted_after_deferral": 1, "rejected": 0}
 
 
 EVICTION_PAIRS = [("lru", LruPolicy()), ("lfu", LfuPolicy()), ("fifo", FifoPolicy()), ("mru", MruPolicy()),

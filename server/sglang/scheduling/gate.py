@@ -5,6 +5,13 @@ asks ``AdmissionGate.on_arrival`` (before the request joins ``waiting_queue``
 and before any KV allocation); deferred requests are revisited each prefill
 pass (``revisit``), sorted last, and never offered to the PrefillAdder
 (``GatedPrefillAdder``).
+
+Counters on ``/metrics`` (per scheduler, summed by SGLang's multiprocess
+registry): ``switchboard_admission_deferred_total`` (arrivals held),
+``switchboard_admission_admitted_after_deferral_total`` (held, then admitted),
+``switchboard_admission_rejected_total`` (answered 429: at arrival or after
+being held). NOTE: a held request ends admitted, rejected, or aborted by its
+client (SGLang's own abort counter), never in two of them.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from sglang.srt.managers import scheduler as sglang_scheduler
 from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder
 
 from policies.admission import AdmissionAction, AdmissionDecision, AdmissionPolicy, AdmissionView, check_decision
+from server.sglang.cache.metrics import prometheus_counter
 from server.sglang.middleware.retry_after import rejection_message
 from server.sglang.scheduling.state import kind_record, own_kind_record
 from server.sglang.scheduling.views import request_view
@@ -44,6 +52,15 @@ class AdmissionGate:
     def __init__(self, scheduler: Any, policy: AdmissionPolicy) -> None:
         self.scheduler = scheduler
         self.policy = policy
+        self._counters = {name: prometheus_counter(f"switchboard_admission_{name}", doc) for name, doc in (
+            ("deferred", "Arriving requests admission held (deferred)"),
+            ("admitted_after_deferral", "Held requests admission later admitted"),
+            ("rejected", "Requests admission answered 429 + Retry-After (at arrival or while held)"))}
+
+    def _count(self, name: str) -> None:
+        counter = self._counters[name]
+        if counter is not None:
+            counter.inc()
 
     def view(self, req: Any) -> AdmissionView:
         s = self.scheduler
@@ -67,7 +84,10 @@ class AdmissionGate:
         if decision.action is AdmissionAction.REJECT:
             self.reject(req, decision)
             return False
-        own_kind_record(req, Deferral).deferred = decision.action is AdmissionAction.DEFER
+        deferred = decision.action is AdmissionAction.DEFER
+        own_kind_record(req, Deferral).deferred = deferred
+        if deferred:
+            self._count("deferred")
         return True
 
     def holds(self, req: Any) -> bool:
@@ -82,6 +102,7 @@ class AdmissionGate:
             decision = self.policy.decide(self.view(req))
             if decision.action is AdmissionAction.ADMIT:
                 own_kind_record(req, Deferral).deferred = False
+                self._count("admitted_after_deferral")
             elif decision.action is AdmissionAction.REJECT:
                 waiting_queue.remove(req)
                 self.reject(req, decision)
@@ -95,6 +116,7 @@ class AdmissionGate:
 
     def reject(self, req: Any, decision: AdmissionDecision) -> None:
         """Answer ``req`` with 429 + Retry-After; the caller frees what it holds."""
+        self._count("rejected")
         reason = {
             "type": "abort",
             "status_code": HTTPStatus.TOO_MANY_REQUESTS,
