@@ -4,6 +4,8 @@ reference."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import subprocess
 import sys
@@ -56,5 +58,21 @@ def test_gpu_benchmark_script_runs_under_the_interpreter(tmp_path):
                           "--out", str(tmp_path / "r.json")], cwd=Path(__file__).resolve().parents[2], env=env,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert {"mixed_s", "lora_s", "base_s", "mixed_vs_lora"} <= set(__import__("json").loads(
-        (tmp_path / "r.json").read_text()))
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert (r["device"], r["rows"], r["dtype"]) == ("cpu", 7, "torch.float32")
+    assert all(math.isfinite(r[k]) and r[k] > 0 for k in ("mixed_s", "lora_s", "base_s"))
+    assert r["mixed_vs_lora"] == r["mixed_s"] / r["lora_s"] and r["lora_vs_base"] == r["lora_s"] / r["base_s"]
+
+
+def test_gpu_benchmark_script_refuses_a_wrong_kernel_before_timing(tmp_path):
+    """The script's correctness gate: a kernel off by 0.5 stops it before any timing or output."""
+    sabotage = ("import kernels.scute.gpu_bench as g\n"
+                "g.scute_linear_triton = lambda x, w, b, p, s: g.pool_reference(x, w, b, p, s) + 0.5\n"
+                "def timed(*a, **k):\n    raise SystemExit('timed before the check')\n"
+                "g.timed = timed\ng.main()\n")
+    out = subprocess.run([sys.executable, "-c", sabotage, "--tiny", "--rows", "7", "--iters", "1",
+                          "--out", str(tmp_path / "r.json")], cwd=Path(__file__).resolve().parents[2],
+                         env=dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1"),
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode != 0 and "AssertionError" in out.stderr, out.stderr[-3000:]
+    assert "timed before the check" not in out.stderr and not (tmp_path / "r.json").exists()
