@@ -26,6 +26,7 @@ import time
 import httpx
 import pytest
 
+from bench.live.chat import wait_for
 from bench.sim.dllm import DllmParams, DllmSimulator, LinearRoundCost, TinyLive, tiny_live_rounds
 from policies.scheduling.dwise import DwisePolicy
 from tests.sim.helpers import req as sim_req
@@ -73,10 +74,17 @@ def generate(base_url: str, batch: list[tuple[str, int]]) -> list[dict]:
 
 
 def finished(log, rids) -> list[dict]:
-    """The feedback records of ``rids``, in the order the server finished them."""
+    """The feedback records of ``rids``, in the order the server finished them.
+
+    NOTE: the scheduler writes a record just after it streams the request's last output, so a
+    client can hold its answer before the record is on disk: wait (briefly) for every one."""
     wanted = set(rids)
-    records = [json.loads(line) for line in log.read_text().splitlines()]
-    return [r for r in records if r["rid"] in wanted]
+
+    def records() -> list[dict]:
+        return [r for r in map(json.loads, log.read_text().splitlines()) if r["rid"] in wanted]
+
+    wait_for(lambda: len(records()) == len(wanted), timeout=30, what=f"{len(wanted)} feedback records")
+    return records()
 
 
 def twin_finish_rounds(prompt_tokens: list[int], policy, slots: int) -> list[int]:
