@@ -90,8 +90,12 @@ def chat(base_url: str, text: str, max_tokens: int, **extra) -> httpx.Response:
 
 
 def test_features_are_hf_mean_prompt_embedding_and_the_head_learns_online(server, feedback_log, head_path, hf):
+    before = len(feedback_log.read_text().splitlines())
     for q in PROMPTS:
         assert chat(server.base_url, q, 24).status_code == 200
+    # NOTE: a record is written just after the request's last output is streamed: wait for the last
+    wait_for(lambda: len(feedback_log.read_text().splitlines()) >= before + len(PROMPTS), timeout=30,
+             what="the prompts' feedback records")
     records = [json.loads(line) for line in feedback_log.read_text().splitlines()]
     ours = [r for r in records if r["num_input_tokens"] > 8][-len(PROMPTS):]  # skip warm-up/health requests
     for q, rec in zip(PROMPTS, ours):
