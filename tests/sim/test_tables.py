@@ -1,6 +1,7 @@
 """A committed table still says what its own commands give: one row each of
 ``fairway.md`` and ``leap.md`` is re-run from the command the table prints and
-compared cell for cell. A change to the simulator or a policy that moves a
+compared cell for cell, and one shape of ``speculative_sim.md`` (every row) from
+its script's own functions. A change to the simulator or a policy that moves a
 number fails here until the table is rebuilt (docs/evaluation.md, rule 5)."""
 
 from __future__ import annotations
@@ -72,3 +73,18 @@ def test_leap_table_row_is_what_its_command_gives(label, policy, tmp_path):
     header, rows = table_rows(text, "Mean per-token latency (ms):")
     s = run(command(text, policy), tmp_path)
     assert rows[SCENARIO][header.index(label)] == f"{s['per_token_latency_s']['mean'] * 1e3:.1f}"
+
+
+def test_speculative_sim_shape_is_what_its_script_gives(tmp_path):
+    """The tuning split's first deployment and profile (every row of its one shape)."""
+    from bench.scripts import speculative_sim as spec
+
+    dep, shape = spec.DEPLOYMENTS[0], spec.TUNING_SHAPES[0]
+    profile, clients = dep.tuning_profiles[0], spec.SHAPES[shape]
+    phases = spec.phase_traces(shape, clients, dep.input_tokens, dep.output_tokens, 0)  # NOTE: the script's --seed 0
+    table = spec.offline_table(dep, tmp_path / "table.json")
+    runs = {name: spec.run(dep, profile, option, phases) for name, option in spec.policies(dep, table)}
+    block = "\n".join(spec._shape_table(shape, clients, runs, dep, [], profile))
+    text = (RESULTS / "speculative_sim.md").read_text()
+    section = text.split(f"## {dep.name}; acceptance `{profile}`", 1)[1]
+    assert block.strip() in section, block
