@@ -109,6 +109,15 @@ def main() -> None:
                          f"({r['wall_s']:.0f} s)", render)
 
 
+def tuning_line(b: int, label: str, r: dict[str, Any]) -> str:
+    """One row of the tuning instance's table: budget ``b``, row ``label``, its run ``r``."""
+    tokens, states = BUDGETS[b]
+    return (f"| {tokens:,} / {states} | `{label}` | {fmt(r['mean'], 1, 's')} | {fmt(r['p99'], 1, 's')} | "
+            f"{fmt(r['e2e'], 1, 's')} | {fmt(r['hit'], 100, '%')} | {r['recomputed']:,} | "
+            f"{r['snapshots_read_ssd']:,} | {r['snapshots_read_host']:,} | "
+            f"{r['snapshots_dropped']:,} | {r['finished']}/{r['requests']} |")
+
+
 def render(rows: dict[Key, dict[str, Any]], wall_s: float) -> str:
     marconi, histate = tuned(rows, MARCONI), tuned(rows, HISTATE)
     lines = ["# HiState vs SGLang's hybrid-model cache and Marconi (simulator)", "",
@@ -130,13 +139,9 @@ def render(rows: dict[Key, dict[str, Any]], wall_s: float) -> str:
               "| budget (KV tokens / states) | row | TTFT mean | p99 | E2E mean | hit rate | recomputed | "
               "SSD reads | host reads | snapshots dropped | finished |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for b, (tokens, states) in enumerate(BUDGETS):
+    for b in range(len(BUDGETS)):
         for label in ROWS:
-            r = rows[(b, 0, label)]
-            lines.append(f"| {tokens:,} / {states} | `{label}` | {fmt(r['mean'], 1, 's')} | {fmt(r['p99'], 1, 's')} | "
-                         f"{fmt(r['e2e'], 1, 's')} | {fmt(r['hit'], 100, '%')} | {r['recomputed']:,} | "
-                         f"{r['snapshots_read_ssd']:,} | {r['snapshots_read_host']:,} | "
-                         f"{r['snapshots_dropped']:,} | {r['finished']}/{r['requests']} |")
+            lines.append(tuning_line(b, label, rows[(b, 0, label)]))
     lines += ["", "## Commands", "", "```"]
     lines += [r["cmd"] for (b, seed, _), r in rows.items() if seed == 0]
     lines += [f"# evaluation rows: the same lines with trace.seed={','.join(map(str, EVAL_SEEDS))} added", "```", ""]

@@ -1,7 +1,7 @@
 """A committed table still says what its own commands give: one row each of
 ``fairway.md`` and ``leap.md`` is re-run from the command the table prints and
-compared cell for cell, and one shape of ``speculative_sim.md`` (every row) from
-its script's own functions. A change to the simulator or a policy that moves a
+compared cell for cell, one shape of ``speculative_sim.md`` (every row) and
+one row of ``histate.md`` from their scripts' own functions. A change to the simulator or a policy that moves a
 number fails here until the table is rebuilt (docs/evaluation.md, rule 5)."""
 
 from __future__ import annotations
@@ -88,3 +88,12 @@ def test_speculative_sim_shape_is_what_its_script_gives(tmp_path):
     text = (RESULTS / "speculative_sim.md").read_text()
     section = text.split(f"## {dep.name}; acceptance `{profile}`", 1)[1]
     assert block.strip() in section, block
+
+
+@needs_data(default_data_root() / "kv_cache_tester_cc_traces")
+def test_histate_tuning_row_is_what_its_script_gives(tmp_path):
+    """HiState at the 600,000-token / 32-state budget on the tuning seed (10 s)."""
+    from bench.scripts import histate
+
+    line = histate.tuning_line(1, "histate t=60", histate._run((1, 0, "histate t=60"), tmp_path))
+    assert line in (RESULTS / "histate.md").read_text().splitlines(), line
