@@ -120,6 +120,15 @@ def main() -> None:
                render)
 
 
+def tuning_line(capacity: int, host: bool, label: str, r: dict[str, Any], lru_mean: float) -> str:
+    """One row of the tuning instance's table: run ``r``; ``lru_mean``: lru's mean TTFT beside it."""
+    change = (r["mean"] - lru_mean) / lru_mean if lru_mean else float("nan")
+    return (f"| {capacity:,} | {'yes' if host else 'no'} | `{label}` | {fmt(r['mean'], 1, 's')} | "
+            f"{fmt(r['p50'], 1, 's')} | {fmt(r['p99'], 1, 's')} | {change:+.0%} | "
+            f"{fmt(r['hit'], 100, '%')} | {r['recomputed']:,} | {r['gap']:,} | {r['restored']:,} | "
+            f"{r['finished']}/{r['requests']} |")
+
+
 def render(rows: dict[Key, dict[str, Any]], wall_s: float) -> str:
     lines = ["# Penelope vs SGLang's eviction orders (simulator)", "",
              f"Produced by `python -m bench.scripts.penelope` at commit {git_commit()} "
@@ -149,13 +158,7 @@ def render(rows: dict[Key, dict[str, Any]], wall_s: float) -> str:
         for capacity in CAPACITIES:
             base = rows[(capacity, host, 0, "lru")]["mean"]
             for label in (HOST_POLICIES if host else [lb for lb, _ in POLICIES]):
-                r = rows[(capacity, host, 0, label)]
-                change = (r["mean"] - base) / base if base else float("nan")
-                lines.append(
-                    f"| {capacity:,} | {'yes' if host else 'no'} | `{label}` | {fmt(r['mean'], 1, 's')} | "
-                    f"{fmt(r['p50'], 1, 's')} | {fmt(r['p99'], 1, 's')} | {change:+.0%} | "
-                    f"{fmt(r['hit'], 100, '%')} | {r['recomputed']:,} | {r['gap']:,} | {r['restored']:,} | "
-                    f"{r['finished']}/{r['requests']} |")
+                lines.append(tuning_line(capacity, host, label, rows[(capacity, host, 0, label)], base))
     lines += ["", "## Commands", "", "```"]
     lines += [r["cmd"] for (c, h, seed, _), r in rows.items() if seed == 0]
     lines.append(f"# evaluation rows: the lines without the host tier, with trace.seed="

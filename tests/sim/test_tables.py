@@ -1,7 +1,7 @@
 """A committed table still says what its own commands give: one row each of
 ``fairway.md`` and ``leap.md`` is re-run from the command the table prints and
 compared cell for cell, one shape of ``speculative_sim.md`` (every row) and
-one row of ``histate.md`` from their scripts' own functions. A change to the simulator or a policy that moves a
+one row each of ``histate.md`` and ``penelope.md`` from their scripts' own functions. A change to the simulator or a policy that moves a
 number fails here until the table is rebuilt (docs/evaluation.md, rule 5)."""
 
 from __future__ import annotations
@@ -97,3 +97,13 @@ def test_histate_tuning_row_is_what_its_script_gives(tmp_path):
 
     line = histate.tuning_line(1, "histate t=60", histate._run((1, 0, "histate t=60"), tmp_path))
     assert line in (RESULTS / "histate.md").read_text().splitlines(), line
+
+
+@needs_data(default_data_root() / "kv_cache_tester_cc_traces")
+def test_penelope_tuning_row_is_what_its_script_gives(tmp_path):
+    """Penelope at the 600,000-token pool on the tuning seed, no host tier, beside lru (20 s)."""
+    from bench.scripts import penelope
+
+    lru, ours = (penelope._run((600_000, False, 0, label), tmp_path) for label in ("lru", "penelope"))
+    line = penelope.tuning_line(600_000, False, "penelope", ours, lru["mean"])
+    assert line in (RESULTS / "penelope.md").read_text().splitlines(), line
