@@ -48,7 +48,7 @@ from typing import Any
 
 import torch
 from sglang.srt.mem_cache import base_prefix_cache as bpc
-from sglang.srt.mem_cache import radix_cache, registry
+from sglang.srt.mem_cache import radix_cache
 
 from policies.cache import EvictionPolicy
 from radix import GapTree, HostTier, PagedKeys, first_gap, merge_ranges
@@ -62,7 +62,7 @@ from server.sglang.cache.gap_paths import (
     gaps_of,
 )
 from server.sglang.cache.host_kv import HostKVTier, restore_host_run
-from server.sglang.cache.names import GAP_CACHE_BACKEND
+from server.sglang.cache.names import GAP_CACHE_BACKEND, register_backend
 from server.sglang.cache.symbols import GAP_CACHE_SYMBOLS
 from server.sglang.launch import contract
 
@@ -272,9 +272,7 @@ def register_gap_cache(policy: EvictionPolicy, host_tier_tokens: int = 0) -> str
     contract.verify(GAP_CACHE_SYMBOLS)
     _active["policy"] = policy
     _active["host_tier_tokens"] = host_tier_tokens
-    if registry.get_radix_cache_factory(GAP_CACHE_BACKEND) is None:
-        registry.register_radix_cache_backend(GAP_CACHE_BACKEND, _build)
-    return GAP_CACHE_BACKEND
+    return register_backend(GAP_CACHE_BACKEND, _build)
 
 
 def _build(ctx: Any) -> GapRadixCache:

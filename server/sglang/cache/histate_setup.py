@@ -18,7 +18,7 @@ from typing import Any
 
 from compose.schema import CacheHostConfig
 from policies.cache import EvictionPolicy
-from server.sglang.cache.names import HISTATE_CACHE_BACKEND
+from server.sglang.cache.names import HISTATE_CACHE_BACKEND, register_backend
 from server.sglang.cache.symbols import HISTATE_SYMBOLS
 
 _active: dict[str, Any] = {}
@@ -30,16 +30,12 @@ GB = 1 << 30
 def register_histate_cache(policy: EvictionPolicy, host: CacheHostConfig) -> str:
     """Make ``--radix-cache-backend switchboard_histate`` build a ``HiStateCache`` ranking with
     ``policy`` over the store ``host`` names (re-entrant: a later call replaces them)."""
-    from sglang.srt.mem_cache import registry
-
     from server.sglang.launch import contract
 
     contract.verify(HISTATE_SYMBOLS)
     _active["policy"] = policy
     _active["host"] = host
-    if registry.get_radix_cache_factory(HISTATE_CACHE_BACKEND) is None:
-        registry.register_radix_cache_backend(HISTATE_CACHE_BACKEND, _build)
-    return HISTATE_CACHE_BACKEND
+    return register_backend(HISTATE_CACHE_BACKEND, _build)
 
 
 def refusal(ctx: Any) -> str | None:

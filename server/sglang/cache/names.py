@@ -9,6 +9,9 @@ reaches the other through it (tests/config/test_boundaries.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 #: ``--radix-eviction-policy`` value that selects Switchboard's eviction seam.
 EVICTION_STRATEGY_NAME = "switchboard"
 #: ``--radix-cache-backend`` of the gap cache (``gap_cache.register_gap_cache``).
@@ -23,3 +26,15 @@ def register_eviction_choice() -> None:
 
     if EVICTION_STRATEGY_NAME not in RADIX_EVICTION_POLICY_CHOICES:
         add_radix_eviction_policy_choices([EVICTION_STRATEGY_NAME])
+
+
+def register_backend(name: str, build: Callable[[Any], Any]) -> str:
+    """Make ``--radix-cache-backend <name>`` build with ``build`` (SGLang's cache registry); return ``name``.
+
+    NOTE: registered once per process; a caller that registers again with new settings keeps
+    them where ``build`` reads them at build time (each cache's ``_active``), so re-entry replaces them."""
+    from sglang.srt.mem_cache import registry
+
+    if registry.get_radix_cache_factory(name) is None:
+        registry.register_radix_cache_backend(name, build)
+    return name

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from policies.tier.sessions import SessionFeedback
+from server.sglang.cache.names import register_backend
 from server.sglang.hicache.names import TIER_CACHE_BACKEND
 from server.sglang.hicache.tier_cache import Placement, TierCache
 
@@ -25,16 +26,13 @@ def register_tier_cache(placement: Placement) -> str:
     """Make ``--radix-cache-backend switchboard_tier`` build a ``TierCache`` placing with
     ``placement`` (re-entrant: a later call replaces it). Returns the backend name."""
     from sglang.srt.managers.scheduler import Scheduler
-    from sglang.srt.mem_cache import registry
 
     # NOTE: TierCache.is_backuped relaxes the scheduler's prefetch gate: it must still be asked there
     if "is_backuped" not in Scheduler._prefetch_kvcache.__code__.co_names:
         raise RuntimeError("switchboard: SGLang's Scheduler._prefetch_kvcache no longer asks is_backuped; "
                            "the tier cache's prefetch below a device prefix is unchecked (hicache/tier_cache.py)")
     _active["placement"] = placement
-    if registry.get_radix_cache_factory(TIER_CACHE_BACKEND) is None:
-        registry.register_radix_cache_backend(TIER_CACHE_BACKEND, _build)
-    return TIER_CACHE_BACKEND
+    return register_backend(TIER_CACHE_BACKEND, _build)
 
 
 def _build(ctx: Any) -> Any:
