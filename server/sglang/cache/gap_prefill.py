@@ -108,8 +108,7 @@ class GapRecomputeCounter:
             n = mark[1] - mark[0]
             self.tokens += n
             self.chunks += 1
-            if self._prom is not None:
-                self._prom.inc(n)
+            self._prom.inc(n)
             log.info("gap recompute rid=%s positions=[%d, %d) recomputed_tokens=%d total=%d",
                      req.rid, mark[0], mark[1], n, self.tokens)
 

@@ -97,11 +97,6 @@ class HiStateCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untype
                  self._codec.nbytes, type(policy).__name__, store.directory, store.max_bytes)
 
     # ------------------------------------------------------------ bookkeeping
-    def _count(self, name: str, n: int = 1) -> None:
-        counter = self._counters.get(name)
-        if counter is not None:
-            counter.inc(n)
-
     def _tick(self) -> None:
         self._clock.sample(component_base._LAST_ACCESS_TIME_COUNTER_FLOAT, time.monotonic())
 
@@ -218,7 +213,7 @@ class HiStateCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untype
             size = self._store.footprint(len(data))
             if self._make_room(size, keep=node.id) and self._store.put(str(node.id), data):
                 self._on_ssd[node.id] = size
-                self._count("written")
+                self._counters["written"].inc()
         result = BaseEvictionResult()
         mamba = self.tree_core.components_by_type[MAMBA]
         self.tree_core._evict_component_and_detach_lru(
@@ -241,7 +236,7 @@ class HiStateCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untype
             if self._store.free_bytes >= need:
                 break
             self._forget(node_id)
-            self._count("deleted")
+            self._counters["deleted"].inc()
         return self._store.free_bytes >= need
 
     # ---------------------------------------------------------------- restore
@@ -274,7 +269,7 @@ class HiStateCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untype
         data = self._store.get(str(node.id))
         if data is None:
             self._on_ssd.pop(node.id, None)
-            self._count("missed")
+            self._counters["missed"].inc()
             log.warning("switchboard: HiState snapshot of node %d failed its checks; recomputing", node.id)
             return
         lock = self.inc_lock_ref(node.id)  # NOTE: before any eviction: the path must survive it
@@ -289,7 +284,7 @@ class HiStateCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untype
                 return
             self._pool.load_cpu_copy(self._codec.decode(data), slot)
             self.tree_core.set_component_device_value(node.id, MAMBA, slot)
-            self._count("read")
+            self._counters["read"].inc()
         finally:
             self._restoring = None
             self.dec_lock_ref(node.id, lock.to_dec_params())

@@ -114,8 +114,7 @@ class HostKVTier:
         chunks = [[[k[i:i + size], v[i:i + size]] for i in range(0, copy.tokens, size)]
                   for k, v in zip(copy.k, copy.v)]
         self.kvcache.load_cpu_copy(chunks, slots)
-        if self._prom is not None:
-            self._prom.inc(copy.tokens)
+        self._prom.inc(copy.tokens)
 
 
 def host_run(path: list[Node[Any, torch.Tensor]]) -> list[Node[Any, torch.Tensor]]:

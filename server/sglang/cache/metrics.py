@@ -6,25 +6,35 @@ import functools
 from typing import Any
 
 
+class Unmetered:
+    """Stands in for a counter or gauge without prometheus_client: takes every update, exports nothing."""
+
+    def inc(self, amount: float = 1) -> None:
+        pass
+
+    def set(self, value: float) -> None:
+        pass
+
+
 @functools.cache
-def prometheus_counter(name: str, documentation: str) -> Any | None:
+def prometheus_counter(name: str, documentation: str) -> Any:
     """The process's counter ``name``, created once (prometheus_client refuses
-    a second registration of one name); ``None`` without prometheus_client."""
+    a second registration of one name); ``Unmetered`` without prometheus_client."""
     try:
         from prometheus_client import Counter
     except ImportError:  # NOTE: metrics are optional; the log lines still count
-        return None
+        return Unmetered()
     return Counter(name, documentation)
 
 
 @functools.cache
-def prometheus_gauge(name: str, documentation: str) -> Any | None:
-    """The process's gauge ``name``, created once; ``None`` without prometheus_client.
+def prometheus_gauge(name: str, documentation: str) -> Any:
+    """The process's gauge ``name``, created once; ``Unmetered`` without prometheus_client.
 
     NOTE: under SGLang's multiprocess metrics each live process's value is
     exported (``livesum``: one scheduler per rank sums to the rank's value)."""
     try:
         from prometheus_client import Gauge
     except ImportError:  # NOTE: metrics are optional; the log lines still count
-        return None
+        return Unmetered()
     return Gauge(name, documentation, multiprocess_mode="livesum")

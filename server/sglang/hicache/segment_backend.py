@@ -127,7 +127,6 @@ class SegmentStorage(HiCacheStorage):  # type: ignore[misc]  # SGLang is untyped
         if corrupt:
             logger.warning("switchboard segment storage: %d stored page(s) failed their checksum: "
                            "read as misses, recomputed", corrupt)
-            if self._corrupt is not None:
-                self._corrupt.inc(corrupt)
-        if missing and self._missing is not None:
+            self._corrupt.inc(corrupt)
+        if missing:
             self._missing.inc(missing)

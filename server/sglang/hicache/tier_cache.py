@@ -230,9 +230,7 @@ class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
         home = self.homes[node_id] = check_home(self.placement.policy.place(view), view)
         if home in (Home.SSD, Home.BOTH):
             self._ssd_tokens += len(node.key)
-        counter = self._counters[home]
-        if counter is not None:
-            counter.inc(len(node.key))
+        self._counters[home].inc(len(node.key))
         return home
 
     def _inherit_down(self, node: Any) -> _Owners | None:
@@ -270,8 +268,7 @@ class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
             elif home is Home.SSD:
                 # NOTE: exclusive: the block moves up to memory (a move, not a copy): its SSD copy goes
                 self._discard_from_ssd(node)
-        if self._restored is not None:
-            self._restored.inc(operation.completed_tokens)
+        self._restored.inc(operation.completed_tokens)
         self._dirty = True
         return out
 
@@ -307,8 +304,7 @@ class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
         if storage.batch_set(list(node.hash_value), pages):
             self.homes[node.id] = Home.SSD
             self._ssd_tokens += len(node.key)
-            if self._demoted is not None:
-                self._demoted.inc(len(node.key))
+            self._demoted.inc(len(node.key))
             self._dirty = True
 
     def _discard_from_ssd(self, node: Any) -> None:
@@ -361,8 +357,7 @@ class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
                 freed, progress = freed + tokens, True
         if freed:
             self._apply_eviction_result(result)
-            if self._released is not None:
-                self._released.inc(freed)
+            self._released.inc(freed)
             self._dirty = True
 
     def _writing(self) -> set[Any]:
@@ -401,9 +396,8 @@ class TierCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untyped
         # NOTE: a big tree (or a store whose exists() is a file lookup) audits less often, never
         # more than 1/AUDIT_COST_RATIO of the scheduler's time
         self._audit_every = max(AUDIT_INTERVAL_S, AUDIT_COST_RATIO * (self._audited_at - start))
-        if self._both is not None and self._audits is not None:
-            self._both.set(both)
-            self._audits.inc()
+        self._both.set(both)
+        self._audits.inc()
         if both:
             logger.warning("switchboard tier cache: %d host-held tokens are also on SSD: %s", both,
                            "; ".join(self._offenders))

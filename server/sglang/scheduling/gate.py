@@ -57,11 +57,6 @@ class AdmissionGate:
             ("admitted_after_deferral", "Held requests admission later admitted"),
             ("rejected", "Requests admission answered 429 + Retry-After (at arrival or while held)"))}
 
-    def _count(self, name: str) -> None:
-        counter = self._counters[name]
-        if counter is not None:
-            counter.inc()
-
     def view(self, req: Any) -> AdmissionView:
         s = self.scheduler
         queue = s.waiting_queue
@@ -87,7 +82,7 @@ class AdmissionGate:
         deferred = decision.action is AdmissionAction.DEFER
         own_kind_record(req, Deferral).deferred = deferred
         if deferred:
-            self._count("deferred")
+            self._counters["deferred"].inc()
         return True
 
     def holds(self, req: Any) -> bool:
@@ -102,7 +97,7 @@ class AdmissionGate:
             decision = self.policy.decide(self.view(req))
             if decision.action is AdmissionAction.ADMIT:
                 own_kind_record(req, Deferral).deferred = False
-                self._count("admitted_after_deferral")
+                self._counters["admitted_after_deferral"].inc()
             elif decision.action is AdmissionAction.REJECT:
                 waiting_queue.remove(req)
                 self.reject(req, decision)
@@ -116,7 +111,7 @@ class AdmissionGate:
 
     def reject(self, req: Any, decision: AdmissionDecision) -> None:
         """Answer ``req`` with 429 + Retry-After; the caller frees what it holds."""
-        self._count("rejected")
+        self._counters["rejected"].inc()
         reason = {
             "type": "abort",
             "status_code": HTTPStatus.TOO_MANY_REQUESTS,
