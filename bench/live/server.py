@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -24,6 +25,9 @@ PORT_SPAN = 8
 #: A unit's gateway also binds its Prometheus port at ``server.port`` + this
 #: (``server.cluster.gateway.PROMETHEUS_OFFSET``; tests/config/test_cluster.py keeps them equal).
 GATEWAY_METRICS_OFFSET = 1000
+#: ``settled_log_since``'s marker: a prompt length no test's own batch has.
+MARKER_TOKENS = 13
+MARKER_TOKEN = 11
 
 
 def _ephemeral_low() -> int:
@@ -101,6 +105,33 @@ class ServerProcess:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def settled_log_since(self, offset: int, timeout: float = 60) -> str:
+        """The log after character ``offset``, once every batch already answered has logged.
+
+        NOTE: SGLang streams a prefill batch's answers before it logs the batch
+        (``process_batch_result_prefill``: ``stream_output``, then
+        ``report_prefill_stats``), so a client that reads the log the moment its
+        answer arrives can miss that line; on a loaded machine it did (CI, stop
+        51). A marker request of ``MARKER_TOKENS`` tokens is scheduled after
+        every earlier batch has been processed and logged, in the same
+        scheduler loop; once the marker's own line is in the log, everything
+        before it is too. The marker's line and what follows are cut off. For a
+        caller with no request of its own in flight (the marker must be a batch
+        of one).
+        """
+        marker = re.compile(r"Prefill batch[^\n]*#new-seq: 1, #new-token: (\d+), #cached-token: (\d+)")
+        r = httpx.post(self.base_url + "/generate", timeout=timeout, json={
+            "input_ids": [MARKER_TOKEN] * MARKER_TOKENS, "sampling_params": {"max_new_tokens": 1}})
+        r.raise_for_status()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.log_text()[offset:]
+            for m in marker.finditer(text):
+                if int(m[1]) + int(m[2]) == MARKER_TOKENS:
+                    return text[:text.rfind("\n", 0, m.start()) + 1]
+            time.sleep(0.05)
+        raise TimeoutError(f"the marker's prefill batch never appeared in {self.log_path}")
 
     def log_tail(self, n: int = 60) -> str:
         return "\n".join(self.log_text().splitlines()[-n:])

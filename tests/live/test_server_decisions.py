@@ -60,7 +60,7 @@ def hf_probabilities(hf, prompt_ids: list[int], label_ids: list[int]) -> list[fl
 
 def prefill_batches(server, since: int) -> list[tuple[int, int, int]]:
     """``(new sequences, new tokens, cached tokens)`` of each prefill batch SGLang logged after ``since``."""
-    text = server.log_path.read_text()[since:]
+    text = server.settled_log_since(since)
     return [tuple(int(x) for x in m.groups()) for m in re.finditer(
         r"Prefill batch[^\n]*#new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+)", text)]
 
@@ -91,7 +91,7 @@ def check_answers(got: dict, want: dict, hf) -> None:
 
 
 def test_one_packed_pass_answers_as_stock_and_hf(server, hf):
-    since = len(server.log_path.read_text())
+    since = len(server.log_text())
     r = decide(server.base_url, INPUT, QUESTIONS)
     assert r.status_code == 200, r.text
     batches = prefill_batches(server, since)
@@ -110,7 +110,7 @@ def test_a_request_larger_than_a_pass_is_split_and_reuses_its_cached_context(ser
     questions = QUESTIONS + [{**q, "id": q["id"] + "2", "question": q["question"] + " Answer carefully."}
                              for q in QUESTIONS] * 2
     questions = [{**q, "id": f"{q['id']}-{i}"} for i, q in enumerate(questions)]
-    since = len(server.log_path.read_text())
+    since = len(server.log_text())
     r = decide(server.base_url, INPUT * 2, questions)
     assert r.status_code == 200, r.text
     batches = prefill_batches(server, since)
