@@ -14,7 +14,8 @@ A live replay records the counters' change over the replay
 (``meta.engine_counters``); a simulation on a device with a synchronous forward
 pass rebuilds the same sums from its iteration log
 (``bench.sim.overlap.IterationLog.engine_counters``), with SGLang's accounting
-(on CPU a result is processed after the next iteration ran). Comparing the two
+(under the overlap loop on CPU a result is processed after the next iteration
+ran; without it, when its own iteration ends). Comparing the two
 says whether a latency error comes from prefill or from decode steps, and how a
 decode step's cost grows with the batch (the least-squares line through the
 moments).

@@ -195,6 +195,16 @@ class AcceleratorConfig:
     """SGLang's default ``--chunked-prefill-size`` on this device."""
     max_total_tokens: int | None = None
     """Fixed KV pool size when the deployment sets ``--max-total-tokens``."""
+    max_running_requests: int | None = None
+    """Request slots of this device's server when its deployment fixes them
+    (``--max-running-requests``; the CPU server's ``server.cpu_sglang``); null =
+    SGLang's rule from the pool size. ``sim.max_running_requests`` wins."""
+    overlap_schedule: bool = True
+    """Whether this device's server runs SGLang's overlap scheduler unless an
+    option turns it off. False: it is off by default (the CPU server,
+    ``server.cpu_sglang.disable_overlap_schedule``); the fitted constants then
+    already include what the overlap would hide, an option that forces it off
+    pays nothing more, and no token is delayed (``synchronous_forward`` unused)."""
 
 
 @dataclass

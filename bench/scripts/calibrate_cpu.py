@@ -7,7 +7,8 @@
     python -m bench.scripts.calibrate_cpu --loaded   # only the loaded decode stage, ~6 min
 
 Starts ``python -m server model.dtype=float32`` (the server's real config
-otherwise) unless ``--endpoint`` is given, then measures with
+otherwise, with request slots for the largest probe batch: ``probe_overrides``)
+unless ``--endpoint`` is given, then measures with
 ``bench.live.probe``: prefill time against prompt length (fresh prompts,
 ``max_tokens=1``; client TTFT, and SGLang's own prefill busy time to show the
 fixed HTTP/tokenizer latency), prefill batches of several requests, decode
@@ -167,7 +168,10 @@ def fitted_fields(best: Fit, lag: dict[str, Any]) -> dict[str, str]:
         return str(value) if isinstance(value, int) else f"{value:.4g}"
 
     fields = {key: text(value) for key, value in best.params().items()}
-    fields["synchronous_forward"] = text(lag["synchronous_forward"])
+    # NOTE: the lag exists only under the overlap loop; a server without it (overlap_schedule:
+    # false) shows none, which says nothing of the device: the field is left as it is
+    if best.accelerator.overlap_schedule:
+        fields["synchronous_forward"] = text(lag["synchronous_forward"])
     return fields
 
 
@@ -239,10 +243,14 @@ def main() -> None:
         data, loaded = saved["measurements"], saved.get("loaded")
         isolated(data, settings, base, args.out, args.endpoint, sweep, loaded)
     else:
-        with _server(args.endpoint, args.out) as url:
-            data = None if args.loaded else asyncio.run(run(url))
-            chosen = None if data is None else isolated(data, settings, base, args.out, args.endpoint, sweep)
-            loaded = fit_loaded(url, args.out, [] if chosen is None else chosen)
+        chosen: list[str] = []
+        data = None
+        if not args.loaded:
+            with _server(args.endpoint, args.out / "isolated", probe_overrides(sweep)) as url:
+                data = asyncio.run(run(url))
+            chosen = isolated(data, settings, base, args.out, args.endpoint, sweep)
+        with _server(args.endpoint, args.out / "loaded") as url:
+            loaded = fit_loaded(url, args.out, chosen)
         cpu_json = args.out / "cpu.json"
         if data is not None and cpu_json.exists():
             # NOTE: cpu.json was written before the loaded stage ran: add it, so a --refit sees it.
@@ -255,13 +263,25 @@ def main() -> None:
         print(f"wrote {args.out / 'loaded.json'}")
 
 
+def probe_overrides(sweep: Sweep) -> tuple[str, ...]:
+    """The isolated probes' server: the real one with request slots for the largest probe batch.
+
+    NOTE: the probes measure what one iteration of a given shape costs, so every
+    request of a probe batch must run in it; the CPU server's default slots
+    (``server.cpu_sglang.max_running_requests``) are fewer than the largest
+    decode batch. The loaded stage runs the server's real defaults."""
+    largest = max(*sweep.decode_batches, *(k for k, _ in sweep.batches))
+    return (*SERVER_OVERRIDES, f"sglang.max_running_requests={largest}")
+
+
 @contextmanager
-def _server(endpoint: str | None, out: Path) -> Iterator[str]:
-    """The URL of ``endpoint``, or of a fresh server started for the run."""
+def _server(endpoint: str | None, out: Path, overrides: tuple[str, ...] = SERVER_OVERRIDES) -> Iterator[str]:
+    """The URL of ``endpoint``, or of a fresh server started with ``overrides`` for the run."""
     if endpoint:
         yield endpoint
         return
-    with ServerProcess(list(SERVER_OVERRIDES), out / "server.log") as server:
+    out.mkdir(parents=True, exist_ok=True)
+    with ServerProcess(list(overrides), out / "server.log") as server:
         yield server.base_url
 
 
@@ -295,7 +315,7 @@ def isolated(data: dict[str, Any], settings: BenchSettings, base: AcceleratorCon
     overrides = [f"accelerator.{k}={v}" for k, v in fitted_fields(best, lag).items()]
     (out / "cpu.yaml").write_text(snippet)
     (out / "cpu.json").write_text(json.dumps({
-        "sweep": asdict(sweep), "server_overrides": list(SERVER_OVERRIDES),
+        "sweep": asdict(sweep), "server_overrides": list(probe_overrides(sweep)),
         "endpoint": endpoint, "measurements": data, "client_latency_s": latency, "lag": lag,
         "points": [asdict(p) | {"label": p.label} for p in points],
         "fits": {f.form.name: {"doc": f.form.doc, "params": f.params(), "errors": f.errors.tolist(),

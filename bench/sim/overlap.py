@@ -49,9 +49,12 @@ class IterationLog:
     which reads ``now`` before the call and adds the result after it.
     """
 
-    def __init__(self, cost: IterationCost, clock: Callable[[], float] | None = None) -> None:
+    def __init__(self, cost: IterationCost, clock: Callable[[], float] | None = None, lagged: bool = True) -> None:
         self.cost = cost
         self.clock = clock
+        self.lagged = lagged
+        """Whether an iteration's results are processed after the next one ran (the
+        overlap loop on a synchronous device); false: when it ends (no overlap loop)."""
         self.starts = array("d")
         self.ends = array("d")
         self.prefill = array("b")
@@ -92,6 +95,8 @@ class IterationLog:
         starts = np.frombuffer(self.starts, dtype=np.float64)
         ends = np.frombuffer(self.ends, dtype=np.float64)
         visible = ends.copy()
+        if not self.lagged:
+            return ends, visible
         back_to_back = starts[1:] == ends[:-1]
         visible[:-1][back_to_back] = ends[1:][back_to_back]
         return ends, visible
@@ -176,7 +181,11 @@ def overlap_charged(cost: IterationCost, accel: AcceleratorConfig, overlap_off: 
 
     NOTE: as the server runs it: an option that forces ``disable_overlap_schedule``
     pays the accelerator's ``no_overlap_slowdown`` on every iteration, and its
-    clients see each iteration's tokens when it ends (no ``synchronous_forward`` lag)."""
+    clients see each iteration's tokens when it ends (no ``synchronous_forward`` lag).
+    On a device whose server runs without it by default (``overlap_schedule: false``)
+    the cost model was fitted without it: nothing to charge, nothing delayed."""
+    if not accel.overlap_schedule:
+        return cost, False
     if not overlap_off:
         return cost, accel.synchronous_forward
     if accel.no_overlap_slowdown == 1.0:

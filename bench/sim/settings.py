@@ -44,12 +44,13 @@ class SimSettings:
     def resolve(cls, sim: SimConfig, accel: AcceleratorConfig, model: ModelProfileConfig,
                 cost: CostModel) -> SimSettings:
         """SGLang's derivations: pool size from memory, request slots from the
-        pool (``clamp(pool / context * 512, 2048, 4096)``), chunk size per device,
+        pool (``clamp(pool / context * 512, 2048, 4096)``) unless the simulation
+        or the device's deployment fixes them, chunk size per device,
         new-token ratio schedule from ``schedule_conservativeness``."""
         capacity = sim.max_total_tokens if sim.max_total_tokens is not None else cost.kv_capacity_tokens()
         if capacity < 2:
             raise ValueError(f"sim.max_total_tokens must be >= 2, got {capacity}")
-        slots = sim.max_running_requests
+        slots = sim.max_running_requests if sim.max_running_requests is not None else accel.max_running_requests
         if slots is None:
             slots = max(min(int(capacity / model.context_length * 512), 4096), 2048)
         chunk = accel.chunked_prefill_size if sim.chunked_prefill_size is None else sim.chunked_prefill_size

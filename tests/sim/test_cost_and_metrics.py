@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
+import yaml
 
 from bench.config import compose_bench, resolve_bench
+from bench.live.server import REPO
 from bench.metrics import RequestRecord, Slo, summarize, windows
 from bench.sim import CostModel, SimSettings
 
@@ -57,12 +61,48 @@ def test_a_wrong_parameter_count_is_caught():
 
 def test_cpu_profile_reproduces_the_cpu_server_measurements():
     """Anchors measured on the CPU server by bench/scripts/calibrate_cpu.py (documented
-    in conf/accelerator/cpu.yaml): batch-1 decode ~79 ms/step (~12.6 tok/s), a
-    256-token prefill ~0.57 s, a 2048-token prefill ~5.7 s."""
+    in conf/accelerator/cpu.yaml): batch-1 decode ~55 ms/step (~18 tok/s), a
+    256-token prefill ~0.39 s, a 2048-token prefill ~3.7 s."""
     c = cost_for("accelerator=cpu", "model_profile=smollm2-135m")
-    assert 11 <= 1 / c.decode_time(1, 40) <= 14.5
-    assert 0.45 <= c.prefill_time([(256, 0)]) <= 0.7
-    assert 4.8 <= c.prefill_time([(2048, 0)]) <= 6.6
+    assert 15.5 <= 1 / c.decode_time(1, 40) <= 20.5
+    assert 0.33 <= c.prefill_time([(256, 0)]) <= 0.45
+    assert 3.1 <= c.prefill_time([(2048, 0)]) <= 4.3
+
+
+def test_cpu_profile_serves_as_the_cpu_server_is_configured():
+    """The simulated CPU server has the live one's pool, slots and overlap setting
+    (conf/config.yaml ``server.cpu_sglang``): a default changed there must be
+    changed in conf/accelerator/cpu.yaml (and the profile refitted) too."""
+    cpu = yaml.safe_load((REPO / "conf" / "config.yaml").read_text())["server"]["cpu_sglang"]
+    s = resolve_bench(compose_bench(["accelerator=cpu", "model_profile=smollm2-135m"]))
+    a = s.accelerator
+    assert a.max_total_tokens == cpu["max_total_tokens"]
+    assert a.max_running_requests == cpu["max_running_requests"]
+    assert a.overlap_schedule is not cpu["disable_overlap_schedule"]
+    c = CostModel(a, s.model_profile)
+    slots = SimSettings.resolve(s.sim, a, s.model_profile, c).max_running_requests
+    assert slots == cpu["max_running_requests"]
+    # NOTE: the user's sim.max_running_requests wins, as sglang.max_running_requests does live
+    s2 = resolve_bench(compose_bench(["accelerator=cpu", "model_profile=smollm2-135m",
+                                      "sim.max_running_requests=32"]))
+    assert SimSettings.resolve(s2.sim, s2.accelerator, s2.model_profile, c).max_running_requests == 32
+
+
+def test_a_server_without_the_overlap_scheduler_by_default_is_not_charged_for_it():
+    from bench.sim.overlap import overlap_charged
+
+    cpu = resolve_bench(compose_bench(["accelerator=cpu", "model_profile=smollm2-135m"])).accelerator
+    c = cost_for("accelerator=cpu", "model_profile=smollm2-135m")
+    assert overlap_charged(c, cpu, []) == (c, False)  # no overlap loop: no token is delayed
+    assert overlap_charged(c, cpu, ["+cache (gap)"]) == (c, False)
+    # the same device with the overlap scheduler on by default: the loop delays tokens
+    on = replace(cpu, overlap_schedule=True)
+    assert overlap_charged(c, on, []) == (c, on.synchronous_forward)
+    h100 = resolve_bench(compose_bench(["accelerator=h100"])).accelerator
+    g = cost_for("accelerator=h100")
+    charged, lag = overlap_charged(g, h100, ["+cache (gap)"])
+    assert charged.decode_time(8, 8000) == pytest.approx(g.decode_time(8, 8000) * h100.no_overlap_slowdown)
+    assert h100.no_overlap_slowdown > 1 and lag is False
 
 
 # ---------------------------------------------------------------------- metrics

@@ -83,8 +83,12 @@ def cpu_run(policy, acceptance):
 @pytest.mark.parametrize("acceptance", [SpecAcceptance.ngram_cpu_chat, SpecAcceptance.agentic_ngram])
 def test_tabletune_in_the_simulator_comes_within_4_percent_of_the_best_fixed_length(acceptance):
     fixed = [cpu_run(StaticPolicy(k), acceptance) for k in range(5)]
-    # chat: drafting loses on the CPU (k=0 best); agentic: the longest draft wins
-    assert fixed.index(min(fixed)) == (0 if acceptance is SpecAcceptance.ngram_cpu_chat else 4)
+    # chat: drafting barely pays on the CPU (k <= 1 best, k = 4 over 20% slower);
+    # agentic: the longest draft wins
+    if acceptance is SpecAcceptance.ngram_cpu_chat:
+        assert fixed.index(min(fixed)) <= 1 and fixed[4] > 1.2 * min(fixed), fixed
+    else:
+        assert fixed.index(min(fixed)) == 4, fixed
     assert cpu_run(TableTunePolicy(), acceptance) <= 1.04 * min(fixed)
 
 
