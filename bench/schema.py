@@ -30,6 +30,7 @@ class TraceFormat(enum.Enum):
     azure = "azure"
     claude_code = "claude_code"
     servegen = "servegen"
+    simple = "simple"
 
 
 class TouchMode(enum.Enum):
@@ -85,6 +86,14 @@ class MooncakeConfig:
 
 
 @dataclass
+class SimpleTraceConfig:
+    """Options of a user's own trace (``format: simple``, bench/traces/simple.py)."""
+
+    block_size: int = 0
+    """Prompt tokens each ``prefix_hashes`` id covers; required when the rows carry them."""
+
+
+@dataclass
 class ServeGenConfig:
     """Options of the ServeGen synthesizer (``format: servegen``)."""
 
@@ -129,6 +138,9 @@ class TraceConfig:
     """Only for ``format: mooncake``."""
     servegen: ServeGenConfig = field(default_factory=ServeGenConfig)
     """Only for ``format: servegen``."""
+    simple: SimpleTraceConfig = field(default_factory=SimpleTraceConfig)
+    """Only for ``format: simple`` (a user's own JSONL/CSV: arrival_s, input_tokens,
+    output_tokens, optional session_id and prefix_hashes)."""
 
 
 @dataclass

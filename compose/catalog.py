@@ -125,6 +125,9 @@ def builtin_of(needs: Any) -> str | None:
     gateway = getattr(needs, "gateway_policy", None)
     if gateway:
         return f"SMG's own --policy {gateway}, live"
+    strategy = getattr(needs, "sglang_strategy", None)
+    if strategy:
+        return f"SGLang's own {strategy} eviction, as a policy"
     if getattr(needs, "mixed_methods", None) is False:
         return "SGLang's own LoRA path"
     return None

@@ -81,6 +81,7 @@ TABLES: tuple[Table, ...] = (
     Table("router", ("bench.scripts.router",), ("router.md",)),
     Table("dwise", ("bench.scripts.dwise",), ("dwise.md",)),
     Table("speculative_sim", ("bench.scripts.speculative_sim",), ("speculative_sim.md",)),
+    Table("advise", ("bench.scripts.advise_examples",), ("advise.md", "advise_mooncake.png", "advise_sessions.png")),
     Table("decisions_sim", ("bench.scripts.decisions_sim", "--out", "bench/results/decisions_sim.md"),
           ("decisions_sim.md",)),
     Table("decisions_live", ("bench.scripts.decisions_live",), ("decisions.md",), live=True),

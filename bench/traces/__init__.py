@@ -7,6 +7,7 @@ format          data (under the data root)             replay
 ``azure``       ``azure_llm_2023/*.csv``               open-loop, no prefixes
 ``claude_code`` ``kv_cache_tester_cc_traces/traces``   closed-loop sessions
 ``servegen``    ``servegen/data``                      synthesized, seeded
+``simple``      a user's JSONL/CSV (``simple.py``)     open-loop, own blocks
 =============== ====================================== =========================
 """
 
@@ -20,6 +21,7 @@ from bench.traces.claude_code import load_claude_code
 from bench.traces.mooncake import load_mooncake
 from bench.traces.paths import resolve_trace_path
 from bench.traces.servegen import load_servegen
+from bench.traces.simple import load_simple
 from bench.traces.trace import Trace, TraceRequest
 from bench.traces.transforms import Surge, inject_surges, scale_time, window
 
@@ -39,6 +41,8 @@ def read_trace(cfg: TraceConfig, data_root: Path) -> Trace:
         return load_claude_code(path, name=cfg.name, session_rate=cc.session_rate,
                                 max_sessions=cc.max_sessions,
                                 include_subagents=cc.include_subagents, seed=cfg.seed)
+    if fmt is TraceFormat.simple:
+        return load_simple(path, name=cfg.name, block_size=cfg.simple.block_size)
     sg = cfg.servegen
     return load_servegen(path, name=cfg.name, category=sg.category, model=sg.model,
                          clients=None if sg.clients is None else list(sg.clients),

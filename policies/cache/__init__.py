@@ -99,6 +99,10 @@ class EvictionNeeds:
     """Recurrent-state snapshots are offered in the same ranking as KV blocks
     (``BlockView.item``); only a host serving a hybrid model can (see module
     docs)."""
+    sglang_strategy: str | None = None
+    """The eviction strategy of SGLang's own this order reproduces (a name of
+    ``sglang.srt.mem_cache.utils``' strategy table: the baselines a verdict
+    compares a technique with); ``None``: an order of Switchboard's own."""
 
 
 @runtime_checkable

@@ -13,7 +13,7 @@ from policies.cache import BlockView, EvictionNeeds, EvictionRank
 class FifoPolicy:
     """Oldest ``created`` first; ties by last access."""
 
-    needs: ClassVar[EvictionNeeds] = EvictionNeeds()
+    needs: ClassVar[EvictionNeeds] = EvictionNeeds(sglang_strategy="fifo")
 
     def rank(self, block: BlockView) -> EvictionRank:
         return (block.created, block.last_access)

@@ -13,7 +13,7 @@ from policies.cache import BlockView, EvictionNeeds, EvictionRank
 class FiloPolicy:
     """Newest ``created`` first; ties by last access, newest first."""
 
-    needs: ClassVar[EvictionNeeds] = EvictionNeeds()
+    needs: ClassVar[EvictionNeeds] = EvictionNeeds(sglang_strategy="filo")
 
     def rank(self, block: BlockView) -> EvictionRank:
         return (-block.created, -block.last_access)

@@ -18,7 +18,7 @@ class LfuPolicy:
     SGLang's ``(hit_count, last_access_time)``.
     """
 
-    needs: ClassVar[EvictionNeeds] = EvictionNeeds()
+    needs: ClassVar[EvictionNeeds] = EvictionNeeds(sglang_strategy="lfu")
 
     def rank(self, block: BlockView) -> EvictionRank:
         return (float(block.hit_count), block.last_access)

@@ -13,7 +13,7 @@ from policies.cache import BlockView, EvictionNeeds, EvictionRank
 class LruPolicy:
     """Oldest ``last_access`` first; ties by creation order."""
 
-    needs: ClassVar[EvictionNeeds] = EvictionNeeds()
+    needs: ClassVar[EvictionNeeds] = EvictionNeeds(sglang_strategy="lru")
 
     def rank(self, block: BlockView) -> EvictionRank:
         return (block.last_access, block.created)

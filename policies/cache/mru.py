@@ -13,7 +13,7 @@ from policies.cache import BlockView, EvictionNeeds, EvictionRank
 class MruPolicy:
     """Newest ``last_access`` first; ties by creation order, newest first."""
 
-    needs: ClassVar[EvictionNeeds] = EvictionNeeds()
+    needs: ClassVar[EvictionNeeds] = EvictionNeeds(sglang_strategy="mru")
 
     def rank(self, block: BlockView) -> EvictionRank:
         return (-block.last_access, -block.created)

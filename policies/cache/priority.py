@@ -17,7 +17,7 @@ class PriorityPolicy:
     Without request priorities (every block 0) this is ``lru``.
     """
 
-    needs: ClassVar[EvictionNeeds] = EvictionNeeds()
+    needs: ClassVar[EvictionNeeds] = EvictionNeeds(sglang_strategy="priority")
 
     def rank(self, block: BlockView) -> EvictionRank:
         return (float(block.priority), block.last_access, block.created)

@@ -17,7 +17,7 @@ class SlruPolicy:
     ``hit_count`` is counted as for ``lfu`` (SGLang's node ``hit_count``).
     """
 
-    needs: ClassVar[EvictionNeeds] = EvictionNeeds()
+    needs: ClassVar[EvictionNeeds] = EvictionNeeds(sglang_strategy="slru")
     protected_threshold: int = 2
     """Hits that move a block into the protected segment (SGLang's default 2)."""
 

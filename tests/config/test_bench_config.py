@@ -35,7 +35,14 @@ def test_documented_command_lines_compose(overrides):
 @pytest.mark.parametrize("group", ["trace", "accelerator", "model_profile"])
 def test_every_option_of_the_bench_groups_composes(group):
     for option in group_options(group):
-        s = resolve_bench(compose_bench([f"{group}={option}"]))
+        if (group, option) == ("trace", "simple"):
+            # NOTE: one's own trace: the option names no file, and saying none is a clear error
+            with pytest.raises(ConfigError, match="'trace.path'.*missing mandatory value"):
+                resolve_bench(compose_bench(["trace=simple"]))
+            s = resolve_bench(compose_bench(["trace=simple", "trace.path=/data/mine.jsonl"]))
+            assert s.trace.path == "/data/mine.jsonl"
+        else:
+            s = resolve_bench(compose_bench([f"{group}={option}"]))
         assert getattr(s, group).name == option
 
 
@@ -96,5 +103,5 @@ def test_cli_config_mistake_is_one_line_and_exit_2(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("bench: config error: unknown config key 'trace.time_scle' (valid keys: "
                                    "name, format, path, window_start_s, window_end_s, time_scale, surges, "
-                                   "seed, claude_code, mooncake, servegen)")
+                                   "seed, claude_code, mooncake, servegen, simple)")
     assert not (tmp_path / "results").exists()

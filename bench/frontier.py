@@ -1,0 +1,109 @@
+"""Pareto frontiers over the metrics a technique is judged by, and its verdict against SGLang's built-ins.
+
+A verdict per metric ("best median", "best p99") cannot say whether one
+built-in beats a technique on both metrics at once. Here a row is a point in
+metric space; a row *dominates* another when it is at least as good on every
+metric and better on one. Against the built-ins a technique either
+
+* **dominates** every built-in (better than each of them somewhere, worse nowhere),
+  or **equals** some (the same on every metric) and dominates the rest,
+* lies **on the frontier**: no built-in dominates it, but some are better on
+  some metric (the verdict names, per metric, the built-ins that are better), or
+* is **dominated** (by the built-ins named).
+
+Metrics read summary dicts (``bench.metrics.summarize``) by dotted paths such as
+``ttft_s.p99``; each says whether lower or higher is better.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One axis of a frontier."""
+
+    key: str
+    """Dotted path into a run's summary, e.g. ``ttft_s.p99`` or ``goodput_rps``."""
+    label: str = ""
+    """Column label (default: ``key``)."""
+    higher_is_better: bool = False
+    """Throughput-like metrics; latencies are lower-is-better."""
+
+    @property
+    def name(self) -> str:
+        return self.label or self.key
+
+    def of(self, summary: Mapping[str, Any]) -> float:
+        """This metric's value in ``summary``; a missing or null value is a clear error."""
+        value: Any = summary
+        for part in self.key.split("."):
+            if not isinstance(value, Mapping) or part not in value:
+                raise KeyError(f"metric {self.key!r}: no {part!r} in the run's summary")
+            value = value[part]
+        if value is None:
+            raise ValueError(f"metric {self.key!r} is null in the run's summary (no finished request?)")
+        return float(value)
+
+    def better(self, a: float, b: float) -> bool:
+        """Whether ``a`` is strictly better than ``b``."""
+        return a > b if self.higher_is_better else a < b
+
+
+def dominates(a: Sequence[float], b: Sequence[float], metrics: Sequence[Metric]) -> bool:
+    """``a`` is no worse than ``b`` on every metric and better on at least one."""
+    better = [m.better(x, y) for m, x, y in zip(metrics, a, b, strict=True)]
+    worse = [m.better(y, x) for m, x, y in zip(metrics, a, b, strict=True)]
+    return any(better) and not any(worse)
+
+
+def frontier(points: Mapping[str, Sequence[float]], metrics: Sequence[Metric]) -> list[str]:
+    """The names of the points no other point dominates, in the mapping's order.
+
+    NOTE: equal points do not dominate each other: both stay on the frontier."""
+    return [name for name, p in points.items()
+            if not any(dominates(q, p, metrics) for other, q in points.items() if other != name)]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One technique against a set of built-ins on one scenario."""
+
+    outcome: str
+    """``dominates``, ``equals`` (ties some built-ins, dominates the others),
+    ``frontier`` or ``dominated``."""
+    by: tuple[str, ...]
+    """``dominated``: the built-ins that dominate it; ``equals``: those it ties. Otherwise empty."""
+    better_on: tuple[tuple[str, tuple[str, ...]], ...]
+    """``frontier``: per metric, the built-ins better than the technique on it."""
+
+    def text(self) -> str:
+        if self.outcome == "dominates":
+            return "dominates every built-in"
+        if self.outcome == "dominated":
+            return "dominated by " + ", ".join(f"`{b}`" for b in self.by)
+        if self.outcome == "equals":
+            return "equals " + ", ".join(f"`{b}`" for b in self.by) + " on every metric, dominates the rest"
+        sides = [f"{metric}: " + ", ".join(f"`{b}`" for b in names) for metric, names in self.better_on if names]
+        return "on the frontier (built-ins better on " + "; ".join(sides) + ")"
+
+
+def verdict(technique: Sequence[float], builtins: Mapping[str, Sequence[float]],
+            metrics: Sequence[Metric]) -> Verdict:
+    """``technique``'s verdict against every point of ``builtins`` (module docs)."""
+    if not builtins:
+        raise ValueError("a verdict needs at least one built-in")
+    by = tuple(name for name, p in builtins.items() if dominates(p, technique, metrics))
+    if by:
+        return Verdict("dominated", by, ())
+    better_on = tuple(
+        (m.name, tuple(name for name, p in builtins.items() if m.better(p[i], technique[i])))
+        for i, m in enumerate(metrics))
+    if not any(names for _, names in better_on):
+        # NOTE: a built-in no better anywhere and no worse anywhere is a tie, not dominated
+        ties = tuple(name for name, p in builtins.items() if not dominates(technique, p, metrics))
+        return Verdict("equals", ties, ()) if ties else Verdict("dominates", (), ())
+    return Verdict("frontier", (), better_on)

@@ -1,0 +1,54 @@
+"""Frontier verdicts: dominance by hand, ties, mixed directions, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.frontier import Metric, dominates, frontier, verdict
+
+P50, P99 = Metric("ttft_s.p50", "TTFT p50"), Metric("ttft_s.p99", "TTFT p99")
+GOODPUT = Metric("goodput_rps", "goodput", higher_is_better=True)
+
+
+def test_dominance_needs_no_worse_everywhere_and_better_somewhere():
+    assert dominates((1, 2), (1, 3), (P50, P99))
+    assert not dominates((1, 3), (1, 3), (P50, P99))  # equal: neither dominates
+    assert not dominates((0, 4), (1, 3), (P50, P99))  # better on one, worse on the other
+    # goodput: higher wins
+    assert dominates((1, 9.0), (1, 8.0), (P50, GOODPUT))
+    assert not dominates((1, 8.0), (1, 9.0), (P50, GOODPUT))
+
+
+def test_the_frontier_keeps_every_undominated_point_and_ties():
+    points = {"a": (1, 9), "b": (2, 5), "c": (3, 6), "d": (4, 4), "e": (2, 5)}
+    # c is dominated by b (and e); b and e tie and both stay
+    assert frontier(points, (P50, P99)) == ["a", "b", "d", "e"]
+
+
+def test_verdicts_name_the_builtins_on_either_side():
+    builtins = {"fcfs": (3.0, 10.0), "lpm": (2.0, 14.0), "dfs-weight": (2.5, 9.0)}
+    v = verdict((2.2, 9.5), builtins, (P50, P99))
+    assert v.outcome == "frontier"
+    assert dict(v.better_on) == {"TTFT p50": ("lpm",), "TTFT p99": ("dfs-weight",)}
+    assert v.text() == "on the frontier (built-ins better on TTFT p50: `lpm`; TTFT p99: `dfs-weight`)"
+    dominated = verdict((2.6, 9.5), builtins, (P50, P99))
+    assert (dominated.outcome, dominated.by) == ("dominated", ("dfs-weight",))
+    assert verdict((1.0, 8.0), builtins, (P50, P99)).text() == "dominates every built-in"
+
+
+def test_a_technique_equal_to_a_builtin_ties_rather_than_dominates():
+    """Fairway with its cap off is SGLang's shortest-prefill-first: a tie, said as one."""
+    v = verdict((2.0, 9.0), {"shortest-prefill-first": (2.0, 9.0), "fcfs": (3.0, 10.0)}, (P50, P99))
+    assert (v.outcome, v.by) == ("equals", ("shortest-prefill-first",))
+    assert v.text() == "equals `shortest-prefill-first` on every metric, dominates the rest"
+
+
+def test_metrics_read_summaries_by_path_and_fail_clearly():
+    summary = {"ttft_s": {"p50": 1.5, "p99": None}, "goodput_rps": 3}
+    assert P50.of(summary) == 1.5 and GOODPUT.of(summary) == 3.0
+    with pytest.raises(ValueError, match="ttft_s.p99.*null"):
+        P99.of(summary)
+    with pytest.raises(KeyError, match="no 'e2e_s'"):
+        Metric("e2e_s.mean").of(summary)
+    with pytest.raises(ValueError, match="at least one built-in"):
+        verdict((1, 1), {}, (P50, P99))
