@@ -17,7 +17,9 @@ reason). Built-in rows are the options that reproduce one of SGLang's own
 It prints, and writes under ``--out`` (``advise.md``, ``advise.png``): every
 row's metrics (``--metrics``, dotted paths into ``bench.metrics.summarize``),
 the frontier over them (``bench.frontier``), each option of Switchboard's own
-against the built-ins (dominates / equals / on the frontier / dominated), and
+against the built-ins (dominates / equals / on the frontier / dominated;
+values within ``--tolerance``, 1% by default, count as equal), each row's
+replay time, and
 the ``python -m server`` line that best meets the objective: among the rows
 meeting every ``--objective`` bound, the best on ``--best``; if none meets
 them, the row closest to meeting them (least total relative excess) and by how
@@ -85,8 +87,8 @@ class Row:
     builtin: bool
 
 
-def metric(key: str) -> Metric:
-    return Metric(key, higher_is_better=key.split(".")[0] in HIGHER_IS_BETTER)
+def metric(key: str, tolerance: float = 0.0) -> Metric:
+    return Metric(key, higher_is_better=key.split(".")[0] in HIGHER_IS_BETTER, tolerance=tolerance)
 
 
 def plan(base: Sequence[str], kinds: Sequence[str]) -> tuple[list[Row], list[tuple[str, str]]]:
@@ -117,12 +119,13 @@ class Job:
 
 def replay(job: Job, results: Path) -> dict[str, Any]:
     """The row's summary, or the one-line reason it cannot run (a refusal found only when built)."""
+    t0 = time.perf_counter()
     try:
         settings = resolve_bench(compose_bench([*job.base, *job.row.overrides, "output.progress=false"]))
         out = run_bench(settings, None, progress=False)
     except (ConfigError, ValueError) as e:
         return {"error": str(e).splitlines()[0]}
-    return {"summary": out["summary"]}
+    return {"summary": out["summary"], "wall_s": time.perf_counter() - t0}
 
 
 def choose(summaries: dict[str, dict[str, Any]], bounds: Sequence[Bound], best: Metric) -> tuple[str, str]:
@@ -131,9 +134,11 @@ def choose(summaries: dict[str, dict[str, Any]], bounds: Sequence[Bound], best: 
     meeting = [name for name in summaries if all(b.met(values[name][b.metric]) for b in bounds)]
     if meeting:
         top = min(meeting, key=lambda n: best.of(summaries[n]) * (-1 if best.higher_is_better else 1))
-        said = " and ".join(str(b) for b in bounds) or "no bound"
-        return top, (f"meets {said} and has the best {best.key} ({best.of(summaries[top]):.4g}) "
-                     f"of the {len(meeting)} of {len(summaries)} rows that do")
+        value = f"the best {best.key} ({best.of(summaries[top]):.4g})"
+        if not bounds:
+            return top, f"{value} of the {len(summaries)} rows (no --objective bound given)"
+        said = " and ".join(str(b) for b in bounds)
+        return top, f"meets {said} and has {value} of the {len(meeting)} of {len(summaries)} rows that do"
     close = min(summaries, key=lambda n: sum(b.excess(values[n][b.metric]) for b in bounds))
     misses = ", ".join(f"{b.metric} {values[close][b.metric]:.4g} (bound {b.value:g})"
                        for b in bounds if not b.met(values[close][b.metric]))
@@ -145,20 +150,22 @@ def server_line(row: str) -> str:
 
 
 def report(summaries: dict[str, dict[str, Any]], rows: Sequence[Row], skipped: Sequence[tuple[str, str]],
-           metrics: Sequence[Metric], chosen: tuple[str, str], base: Sequence[str], wall_s: float) -> str:
+           metrics: Sequence[Metric], chosen: tuple[str, str], base: Sequence[str], wall_s: float,
+           replay_s: dict[str, float]) -> str:
     """The markdown report (module docs)."""
     points = {r.label: tuple(m.of(summaries[r.label]) for m in metrics) for r in rows}
     on = set(frontier(points, metrics))
     builtins = {r.label: points[r.label] for r in rows if r.builtin}
+    tolerance = max(m.tolerance for m in metrics)
     lines = [f"Trace and profiles: `{' '.join(base) or '(bench defaults)'}`; {len(rows)} rows replayed "
-             f"in {wall_s:.0f} s.", "",
-             "| row | SGLang's own | " + " | ".join(m.name for m in metrics) + " | frontier | verdict |",
-             "|---|---|" + "---:|" * len(metrics) + "---|---|"]
+             f"in {wall_s:.0f} s. Values within {tolerance:.1%} of each other count as equal.", "",
+             "| row | SGLang's own | " + " | ".join(m.name for m in metrics) + " | frontier | verdict | replay (s) |",
+             "|---|---|" + "---:|" * len(metrics) + "---|---|---:|"]
     for r in rows:
         said = "" if r.builtin else verdict(points[r.label], builtins, metrics).text()
         cells = " | ".join(f"{v:.4g}" for v in points[r.label])
         lines.append(f"| `{r.label}` | {'yes' if r.builtin else ''} | {cells} | "
-                     f"{'yes' if r.label in on else ''} | {said} |")
+                     f"{'yes' if r.label in on else ''} | {said} | {replay_s[r.label]:.1f} |")
     if skipped:
         lines += ["", "Skipped (this config cannot run them): "
                   + "; ".join(f"`{label}`: {why}" for label, why in skipped)]
@@ -201,7 +208,8 @@ def advise(base: Sequence[str], kinds: Sequence[str], metrics: Sequence[Metric],
     if not any(r.builtin for r in rows):
         raise ValueError("no built-in row ran: nothing to judge against")
     chosen = choose(summaries, bounds, best)
-    text = report(summaries, rows, skipped, metrics, chosen, base, time.perf_counter() - t0)
+    replay_s = {job.row.label: res["wall_s"] for job, res in done.items() if "error" not in res}
+    text = report(summaries, rows, skipped, metrics, chosen, base, time.perf_counter() - t0, replay_s)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "advise.md").write_text(text)
@@ -219,15 +227,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--objective", nargs="*", default=[], help="bounds such as 'ttft_s.p99<=20'")
     ap.add_argument("--best", default=None, help="the metric to optimise among rows meeting the objective "
                     "(default: the first of --metrics)")
+    ap.add_argument("--tolerance", type=float, default=0.01,
+                    help="relative difference within which two values count as equal (default 0.01)")
     ap.add_argument("--jobs", type=int, default=2, help="replays at once (default 2)")
     ap.add_argument("--out", type=Path, default=None, help="write advise.md and advise.png here")
     args = ap.parse_args(argv)
     try:
         bounds = [Bound.parse(b) for b in args.objective]
-        metrics = [metric(k) for k in args.metrics]
+        if not 0 <= args.tolerance < 1:
+            raise ValueError(f"--tolerance {args.tolerance}: a relative difference in [0, 1)")
+        metrics = [metric(k, args.tolerance) for k in args.metrics]
         if len(metrics) < 2:
             raise ValueError("--metrics: a frontier needs at least two metrics")
-        text = advise(args.overrides, args.kinds, metrics, bounds, metric(args.best or args.metrics[0]),
+        text = advise(args.overrides, args.kinds, metrics, bounds, metric(args.best or args.metrics[0], args.tolerance),
                       args.jobs, args.out)
     except (ConfigError, ValueError, KeyError) as e:
         raise SystemExit(f"advise: {e}") from None

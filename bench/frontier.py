@@ -12,7 +12,8 @@ metric and better on one. Against the built-ins a technique either
 * is **dominated** (by the built-ins named).
 
 Metrics read summary dicts (``bench.metrics.summarize``) by dotted paths such as
-``ttft_s.p99``; each says whether lower or higher is better.
+``ttft_s.p99``; each says whether lower or higher is better, and within what
+relative difference two values count as equal.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ class Metric:
     """Column label (default: ``key``)."""
     higher_is_better: bool = False
     """Throughput-like metrics; latencies are lower-is-better."""
+    tolerance: float = 0.0
+    """Relative difference within which two values count as equal (0: exact).
+    NOTE: a deterministic simulator separates rows by differences no user would
+    act on; a tolerance turns those into ties rather than verdicts."""
 
     @property
     def name(self) -> str:
@@ -49,8 +54,9 @@ class Metric:
         return float(value)
 
     def better(self, a: float, b: float) -> bool:
-        """Whether ``a`` is strictly better than ``b``."""
-        return a > b if self.higher_is_better else a < b
+        """Whether ``a`` is better than ``b`` by more than the tolerance."""
+        gain = a - b if self.higher_is_better else b - a
+        return gain > self.tolerance * max(abs(a), abs(b))
 
 
 def dominates(a: Sequence[float], b: Sequence[float], metrics: Sequence[Metric]) -> bool:

@@ -80,6 +80,8 @@ def test_the_choice_meets_the_bounds_then_optimises_and_else_names_the_miss():
     assert row == "c" and why.startswith("meets ttft_s.p99 <= 10 and has the best ttft_s.p50 (1.5) of the 2 of 3")
     row, why = choose(summaries, [Bound.parse("ttft_s.p99 <= 5")], metric("ttft_s.p50"))
     assert row == "b" and "misses it by ttft_s.p99 9 (bound 5)" in why
+    row, why = choose(summaries, [], metric("ttft_s.p50"))
+    assert (row, why) == ("a", "the best ttft_s.p50 (1) of the 3 rows (no --objective bound given)")
     with pytest.raises(ValueError, match="METRIC<=VALUE"):
         Bound.parse("ttft_s.p99 < 5")
 
@@ -113,3 +115,5 @@ def test_advise_refuses_what_it_cannot_judge(tmp_path):
         main([*base, "--kinds", "polcy"])
     with pytest.raises(SystemExit, match="at least two metrics"):
         main([*base, "--metrics", "ttft_s.p50"])
+    with pytest.raises(SystemExit, match="--tolerance 1.5"):
+        main([*base, "--tolerance", "1.5"])

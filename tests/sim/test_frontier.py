@@ -52,3 +52,14 @@ def test_metrics_read_summaries_by_path_and_fail_clearly():
         Metric("e2e_s.mean").of(summary)
     with pytest.raises(ValueError, match="at least one built-in"):
         verdict((1, 1), {}, (P50, P99))
+
+
+def test_a_tolerance_turns_differences_below_it_into_ties():
+    loose = (Metric("ttft_s.p50", tolerance=0.01), Metric("ttft_s.p99", tolerance=0.01))
+    assert dominates((1.861, 46.74), (1.862, 46.74), (P50, P99))  # exact: a 0.05% win
+    assert not dominates((1.861, 46.74), (1.862, 46.74), loose)
+    assert verdict((1.862, 46.74), {"spf": (1.861, 46.74)}, loose).outcome == "equals"
+    assert dominates((1.80, 46.74), (1.862, 46.74), loose)  # 3.3%: beyond it
+    wide = Metric("goodput_rps", higher_is_better=True, tolerance=0.05)
+    assert wide.better(10.6, 10.0) and not wide.better(10.4, 10.0)
+
