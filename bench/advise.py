@@ -157,8 +157,9 @@ def report(summaries: dict[str, dict[str, Any]], rows: Sequence[Row], skipped: S
     on = set(frontier(points, metrics))
     builtins = {r.label: points[r.label] for r in rows if r.builtin}
     tolerance = max(m.tolerance for m in metrics)
-    lines = [f"Trace and profiles: `{' '.join(base) or '(bench defaults)'}`; {len(rows)} rows replayed "
-             f"in {wall_s:.0f} s. Values within {tolerance:.1%} of each other count as equal.", "",
+    n = summaries[rows[0].label]["requests"]
+    lines = [f"Trace and profiles: `{' '.join(base) or '(bench defaults)'}`; {len(rows)} rows of {n:,} requests "
+             f"replayed in {wall_s:.0f} s. Values within {tolerance:.1%} of each other count as equal.", "",
              "| row | SGLang's own | " + " | ".join(m.name for m in metrics) + " | frontier | verdict | replay (s) |",
              "|---|---|" + "---:|" * len(metrics) + "---|---|---:|"]
     for r in rows:
@@ -180,10 +181,19 @@ def plot(points: dict[str, tuple[float, ...]], builtin: set[str], metrics: Seque
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 5))
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    labels: dict[tuple[float, float], list[str]] = {}
     for name, (x, y, *_) in points.items():
         ax.scatter([x], [y], marker="s" if name in builtin else "o", color="grey" if name in builtin else "C0")
-        ax.annotate(name, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        # NOTE: rows at (nearly) one point share one label, so names do not overprint
+        spot = next((k for k in labels if abs(k[0] - x) <= 0.01 * max(abs(x), 1e-9)
+                     and abs(k[1] - y) <= 0.01 * max(abs(y), 1e-9)), (x, y))
+        labels.setdefault(spot, []).append(name.split("=", 1)[-1])
+    for (x, y), names in labels.items():
+        ax.annotate("\n".join(names), (x, y), fontsize=7, xytext=(4, 2), textcoords="offset points")
+    for axis, values in (("x", [p[0] for p in points.values()]), ("y", [p[1] for p in points.values()])):
+        if min(values) > 0 and max(values) / min(values) > 20:
+            (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
     two = metrics[:2]
     edge = sorted(points[n][:2] for n in frontier({n: p[:2] for n, p in points.items()}, two))
     ax.plot([p[0] for p in edge], [p[1] for p in edge], color="C1", lw=1, label="frontier")
