@@ -1,8 +1,11 @@
 """A committed table still says what its own commands give: one row each of
 ``fairway.md`` and ``leap.md`` is re-run from the command the table prints and
-compared cell for cell, one shape of ``speculative_sim.md`` (every row) and
-one row each of ``histate.md`` and ``penelope.md`` from their scripts' own functions. A change to the simulator or a policy that moves a
-number fails here until the table is rebuilt (docs/evaluation.md, rule 5)."""
+compared cell for cell, one shape of ``speculative_sim.md`` (every row), one
+row each of ``histate.md``, ``penelope.md`` and ``baselines.md``, one
+profile and seed of ``decisions_sim.md`` (every row) and one row of
+``advise.md`` (its metric cells) from their scripts' own functions. A change to
+the simulator or a policy that moves a number fails here until the table is
+rebuilt (docs/evaluation.md, rule 5)."""
 
 from __future__ import annotations
 
@@ -107,3 +110,41 @@ def test_penelope_tuning_row_is_what_its_script_gives(tmp_path):
     lru, ours = (penelope._run((600_000, False, 0, label), tmp_path) for label in ("lru", "penelope"))
     line = penelope.tuning_line(600_000, False, "penelope", ours, lru["mean"])
     assert line in (RESULTS / "penelope.md").read_text().splitlines(), line
+
+
+def test_baselines_row_is_what_its_script_gives(tmp_path):
+    """``lpm`` on the Azure conversation hour at x0.4 (a few seconds)."""
+    from bench.scripts import baselines
+
+    trace, scale = baselines.TRACES[1]
+    s = run(baselines.overrides_for(trace, scale, "lpm"), tmp_path)
+    line = "| " + " | ".join(baselines.row("lpm", s)) + " |"
+    assert line in (RESULTS / "baselines.md").read_text().splitlines(), line
+
+
+def test_decisions_sim_profile_is_what_its_script_gives():
+    """The CPU profile, seed 1: both model settings, every row (a few seconds)."""
+    from bench.scripts import decisions_sim as ds
+    from bench.sim import CostModel
+
+    profile, seed = ds.PROFILES[-1], ds.SEEDS[-1]
+    settings = resolve_bench(compose_bench(list(profile.overrides)))
+    cost = CostModel(settings.accelerator, settings.model_profile)
+    rows = {setting: ds.setting_rows(profile, cost, settings.sim.max_prefill_tokens, holds, seed)
+            for setting, holds in ds.MODELS}
+    block = "\n".join(ds.table(profile, seed, rows))
+    assert block.strip() in (RESULTS / "decisions_sim.md").read_text(), block
+
+
+@needs_data(default_data_root() / "kv_cache_tester_cc_traces")
+def test_advise_row_is_what_its_command_gives(tmp_path):
+    """The sessions example's `+cache=lfu` row: its metric cells (the replay time is the machine's)."""
+    from bench.advise import Job, Row, replay
+    from bench.scripts.advise_examples import EXAMPLES
+
+    argv = EXAMPLES["sessions"][1]
+    base = argv[:argv.index("--kinds")]
+    s = replay(Job(tuple(base), Row("+cache=lfu", ("+cache=lfu",), True)), tmp_path)["summary"]
+    cells = f"| `+cache=lfu` | yes | {s['ttft_s']['mean']:.4g} | {s['prefix_hit_rate']:.4g} | "
+    assert any(line.startswith(cells) for line in (RESULTS / "advise.md").read_text().splitlines()), cells
+
