@@ -223,17 +223,7 @@ def render(runs: list[dict[str, Any]], png_name: str, wall_s: float) -> str:
                   "| admission | requests | rejected | hit rate | pre-surge goodput | surge-hour goodput "
                   "| vs none | recovered after | post-surge hour |",
                   "|---|---|---|---|---|---|---|---|---|"]
-        for r in rows:
-            a, s = r["analysis"], r["summary"]
-            ratio = (a["hour_goodput_rps"] / base["analysis"]["hour_goodput_rps"]
-                     if base and base["analysis"]["hour_goodput_rps"] else None)
-            rec = a["recovered_after_s"]
-            lines.append(
-                f"| {r['admission'] or 'none'} | {s['requests']} | {s['rejected']} | "
-                f"{s['prefix_hit_rate']:.1%} | {a['pre_goodput_rps']:.3f} req/s | "
-                f"{a['hour_goodput_rps']:.3f} req/s | {'—' if ratio is None else f'{ratio:.2f}x'} | "
-                f"{'not within the hour' if rec is None else f'{rec / 60:.0f} min'} | "
-                f"{a['post_goodput_rps']:.3f} req/s |")
+        lines += [tuning_line(r, base) for r in rows]
         lines += ["", "Goodput per 5-minute window (req/s; the surge's windows marked *):", "",
                   "| window start (min) | " + " | ".join(r["admission"] or "none" for r in rows) + " |",
                   "|---|" + "---|" * len(rows)]
@@ -247,6 +237,20 @@ def render(runs: list[dict[str, Any]], png_name: str, wall_s: float) -> str:
         lines += [f"python -m bench {' '.join(r['overrides'])}" for r in rows]
         lines += ["```", ""]
     return "\n".join(lines)
+
+
+def tuning_line(r: dict[str, Any], base: dict[str, Any] | None) -> str:
+    """One row of a tuning section (``base``: the same scenario without admission;
+    ``tests/sim/test_tables.py`` re-runs one)."""
+    a, s = r["analysis"], r["summary"]
+    ratio = (a["hour_goodput_rps"] / base["analysis"]["hour_goodput_rps"]
+             if base and base["analysis"]["hour_goodput_rps"] else None)
+    rec = a["recovered_after_s"]
+    return (f"| {r['admission'] or 'none'} | {s['requests']} | {s['rejected']} | "
+            f"{s['prefix_hit_rate']:.1%} | {a['pre_goodput_rps']:.3f} req/s | "
+            f"{a['hour_goodput_rps']:.3f} req/s | {'—' if ratio is None else f'{ratio:.2f}x'} | "
+            f"{'not within the hour' if rec is None else f'{rec / 60:.0f} min'} | "
+            f"{a['post_goodput_rps']:.3f} req/s |")
 
 
 def render_evaluation(runs: list[dict[str, Any]]) -> str:

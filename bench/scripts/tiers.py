@@ -141,14 +141,18 @@ def render(rows: dict[Key, dict[str, Any]], wall_s: float) -> str:
               "| load | row | reuse ratio | TTFT mean | TTFT p99 | E2E mean | SSD reads |", "|---|---|---|---|---|---|---|"]
     for rate in RATES:
         for row in [*ROWS, *(f"flatcake@{v}" for v in SWEEP)]:
-            r = rows[(rate, 0, row)]
-            lines.append(f"| {rate}/s | `{row}` | {fmt(r['reuse'], 100, '%')} | {fmt(r['mean'], 1, '')} | "
-                         f"{fmt(r['p99'], 1, '')} | {fmt(r['e2e'], 1, '')} | {r['reads']:,} |")
+            lines.append(tuning_line(rate, row, rows[(rate, 0, row)]))
     lines += ["", "## Commands", "", "```"]
     lines += [r["cmd"] for (_, seed, _), r in rows.items() if seed == 0]
     lines += [f"# evaluation rows: the rows without `@`, with trace.seed={','.join(map(str, EVAL_SEEDS))} added",
               "```", ""]
     return "\n".join(lines)
+
+
+def tuning_line(rate: float, row: str, r: dict[str, Any]) -> str:
+    """One row of the tuning-instance table (``tests/sim/test_tables.py`` re-runs one)."""
+    return (f"| {rate}/s | `{row}` | {fmt(r['reuse'], 100, '%')} | {fmt(r['mean'], 1, '')} | "
+            f"{fmt(r['p99'], 1, '')} | {fmt(r['e2e'], 1, '')} | {r['reads']:,} |")
 
 
 def _verdict(rows: dict[Key, dict[str, Any]]) -> list[str]:

@@ -1,9 +1,11 @@
 """A committed table still says what its own commands give: one row each of
 ``fairway.md`` and ``leap.md`` is re-run from the command the table prints and
 compared cell for cell, one shape of ``speculative_sim.md`` (every row), one
-row each of ``histate.md``, ``penelope.md`` and ``baselines.md``, one
-profile and seed of ``decisions_sim.md`` (every row) and one row of
-``advise.md`` (its metric cells) from their scripts' own functions. A change to
+row each of ``histate.md``, ``penelope.md``, ``baselines.md``, ``tiers.md``,
+``router.md`` and ``basin_surge.md``, one profile and seed of
+``decisions_sim.md`` (every row) and one row of ``advise.md`` (its metric
+cells) from their scripts' own functions (``dwise.md`` is not re-run: its rows
+depend on its own tuning sweep). A change to
 the simulator or a policy that moves a number fails here until the table is
 rebuilt (docs/evaluation.md, rule 5)."""
 
@@ -147,4 +149,37 @@ def test_advise_row_is_what_its_command_gives(tmp_path):
     s = replay(Job(tuple(base), Row("+cache=lfu", ("+cache=lfu",), True)), tmp_path)["summary"]
     cells = f"| `+cache=lfu` | yes | {s['ttft_s']['mean']:.4g} | {s['prefix_hit_rate']:.4g} | "
     assert any(line.startswith(cells) for line in (RESULTS / "advise.md").read_text().splitlines()), cells
+
+
+@needs_data(default_data_root() / "kv_cache_tester_cc_traces")
+def test_tiers_tuning_row_is_what_its_script_gives(tmp_path):
+    """FlatCake at the lowest load on the tuning seed."""
+    from bench.scripts import tiers
+
+    key = (tiers.RATES[0], 0, "flatcake")
+    line = tiers.tuning_line(key[0], key[2], tiers.run_one(key, tmp_path))
+    assert line in (RESULTS / "tiers.md").read_text().splitlines(), line
+
+
+@needs_data(default_data_root() / "kv_cache_tester_cc_traces")
+def test_router_row_is_what_its_script_gives():
+    """The Claude Code section (4 replicas, no moves column): SMG's cache_aware row."""
+    from bench.scripts import router
+
+    section = router.SECTIONS[-1]
+    result = run_bench(resolve_bench(compose_bench(router.overrides_for(section, "cache_aware"))))
+    line = "| " + " | ".join(router.row({"router": "cache_aware", "summary": result["summary"],
+                                          "per_replica": result["meta"]["per_replica"], "moves": None})) + " |"
+    assert line in (RESULTS / "router.md").read_text().splitlines(), line
+
+
+@needs_data(default_data_root() / "kv_cache_tester_cc_traces")
+def test_basin_surge_row_is_what_its_script_gives(tmp_path):
+    """The Claude Code tuning scenario without admission (the row every ratio divides by)."""
+    from bench.scripts import basin_surge
+
+    scenario = basin_surge.SCENARIOS[0]
+    r = basin_surge.run_one(scenario, None, tmp_path)
+    line = basin_surge.tuning_line(r, r)
+    assert line in (RESULTS / "basin_surge.md").read_text().splitlines(), line
 
