@@ -113,3 +113,17 @@ def verdict(technique: Sequence[float], builtins: Mapping[str, Sequence[float]],
         ties = tuple(name for name, p in builtins.items() if not dominates(technique, p, metrics))
         return Verdict("equals", ties, ()) if ties else Verdict("dominates", (), ())
     return Verdict("frontier", (), better_on)
+
+
+def verdict_lines(points: Mapping[str, Mapping[str, Sequence[float]]], technique: str, builtins: Sequence[str],
+                  metrics: Sequence[Metric]) -> list[str]:
+    """A markdown table of ``technique``'s verdict per scenario (``points``: scenario -> row -> values),
+    then how many scenarios end each way."""
+    lines = ["| scenario | verdict |", "|---|---|"]
+    outcomes: dict[str, int] = {}
+    for scenario, rows in points.items():
+        v = verdict(rows[technique], {b: rows[b] for b in builtins}, metrics)
+        outcomes[v.outcome] = outcomes.get(v.outcome, 0) + 1
+        lines.append(f"| {scenario} | {v.text()} |")
+    said = ", ".join(f"{outcomes[o]} {o}" for o in ("dominates", "equals", "frontier", "dominated") if o in outcomes)
+    return [*lines, "", f"Over the {len(points)} scenarios: {said}."]

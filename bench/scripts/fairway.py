@@ -36,10 +36,11 @@ import numpy as np
 import yaml
 
 from bench.config import compose_bench, resolve_bench
+from bench.frontier import Metric, verdict_lines
 from bench.report import fmt
 from bench.run import run_bench
 from bench.scripts.common import add_output_args, git_commit
-from bench.scripts.splits import BEST_OF, BUILTINS, COMMON, EVALUATION, TUNING, Scenario, families
+from bench.scripts.splits import BEST_OF, BUILTINS, COMMON, EVALUATION, TIE, TUNING, Scenario, families
 from bench.traces.paths import REPO_ROOT
 from compose.progress import Progress
 
@@ -187,6 +188,14 @@ def render(table: dict[str, dict[str, Any]], best: dict[str, Any], trials: list[
         lines.append(f"| {fam} | {_ratio_cells(rows, 'p50', None)} | {_ratio_cells(rows, 'p99', None)} | "
                      f"{_ratio_cells(rows, 'p50', 'shortest-prefill-first')} | "
                      f"{_ratio_cells(rows, 'p99', 'shortest-prefill-first')} |")
+    lines += ["", "## Frontier verdict: Fairway against every built-in on TTFT p50 and p99, evaluation split", "",
+              "Per scenario, both metrics at once (`bench/frontier.py`): *dominated* when some built-in is no "
+              "worse on both and better on one; *on the frontier* when none is, naming the built-ins better "
+              f"on each metric; *equals* / *dominates* otherwise. Values within {TIE:.0%} count as equal; "
+              "`lof` left out (an oracle here).", ""]
+    metrics = (Metric("p50", "TTFT p50", tolerance=TIE), Metric("p99", "TTFT p99", tolerance=TIE))
+    lines += verdict_lines({name: {p: (row[p]["p50"], row[p]["p99"]) for p in (*BEST_OF, "fairway")}
+                            for name, row in table.items()}, "fairway", BEST_OF, metrics)
     lines += ["", "## Ablation: what each rule costs or buys, vs `shortest-prefill-first` (evaluation split)", "",
               "Each row changes one thing in the chosen setting; cells: mean over the family's instances of "
               "the variant's TTFT p50 / SPF's, p99 / SPF's.", "",

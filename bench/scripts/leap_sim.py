@@ -35,10 +35,11 @@ import numpy as np
 import yaml
 
 from bench.config import compose_bench, resolve_bench
+from bench.frontier import Metric, verdict_lines
 from bench.report import fmt
 from bench.run import run_bench
 from bench.scripts.common import add_output_args, git_commit
-from bench.scripts.splits import BEST_OF, BUILTINS, COMMON, EVALUATION, TUNING, Scenario, families
+from bench.scripts.splits import BEST_OF, BUILTINS, COMMON, EVALUATION, TIE, TUNING, Scenario, families
 from bench.traces.paths import REPO_ROOT
 
 ROWS = tuple((b, b) for b in BUILTINS) + (
@@ -165,6 +166,16 @@ def render(table: dict[str, dict[str, Run]], sweep: dict[str, SweepRuns], chosen
         oracle = np.array([-_gain(r["oracle SJF"], r["fcfs"]) for r in instances])
         lines.append(f"| {fam} | {_spread(vs_fcfs)} | {'yes' if (vs_fcfs <= -TARGET).all() else 'NO'} | "
                      f"{_spread(vs_best)} | {'/'.join(sorted(set(bests)))} | {_spread(oracle)} |")
+    lines += ["", "## Frontier verdict: LEAP against every built-in, evaluation split", "",
+              "Per scenario, on the metrics LEAP's paper names at once (mean per-token latency and mean "
+              "E2E) and with TTFT p99 added (`bench/frontier.py`): *dominated* when some built-in is no worse "
+              "on all and better on one; *on the frontier* when none is, naming the built-ins better on each "
+              f"metric. Values within {TIE:.0%} count as equal; `lof` left out (an oracle here).", ""]
+    metrics = (Metric("per_token_latency_s.mean", "per-token latency", tolerance=TIE),
+               Metric("e2e_s.mean", "E2E mean", tolerance=TIE), Metric("ttft_s.p99", "TTFT p99", tolerance=TIE))
+    lines += verdict_lines({name: {label: tuple(m.of(rows[label]["summary"]) for m in metrics)
+                                   for label in (*BEST_OF, "LEAP")} for name, rows in table.items()},
+                           "LEAP", BEST_OF, metrics)
     lines += ["", "## Per scenario (evaluation split)", "", "Mean per-token latency (ms):", "",
               "| scenario | " + " | ".join(label for label, _ in ROWS) + " |", "|---|" + "---|" * len(ROWS)]
     for name, rows in table.items():

@@ -34,6 +34,10 @@ BUILTINS = ("fcfs", "lpm", "dfs-weight", "hrrn", "lof", "shortest-prefill-first"
 #: Built-ins a simulated verdict compares with. NOTE: not ``lof``: the
 #: simulator's ``max_new_tokens`` is the true output length, so there lof is an oracle.
 BEST_OF = tuple(b for b in BUILTINS if b != "lof")
+#: Relative difference within which two results count as equal in a frontier verdict
+#: (``bench.frontier.Metric.tolerance``): the simulator is deterministic, so smaller
+#: differences are real but no reason to pick one option over another.
+TIE = 0.01
 MOONCAKE = ("trace=mooncake_conversation", "trace.time_scale=3.0")
 AZURE = ("trace=azure_conversation", "trace.time_scale=0.4")
 #: Evaluation windows of the second half hour (trace seconds).

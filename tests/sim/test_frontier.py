@@ -63,3 +63,13 @@ def test_a_tolerance_turns_differences_below_it_into_ties():
     wide = Metric("goodput_rps", higher_is_better=True, tolerance=0.05)
     assert wide.better(10.6, 10.0) and not wide.better(10.4, 10.0)
 
+
+
+def test_verdict_lines_give_one_row_per_scenario_and_the_counts():
+    from bench.frontier import verdict_lines
+
+    points = {"a": {"t": (1, 1), "x": (2, 2), "y": (3, 0.5)}, "b": {"t": (3, 3), "x": (2, 2), "y": (3, 0.5)}}
+    lines = verdict_lines(points, "t", ("x", "y"), (P50, P99))
+    assert lines[2] == "| a | on the frontier (built-ins better on TTFT p99: `y`) |"
+    assert lines[3] == "| b | dominated by `x`, `y` |"  # y: equal p50, better p99
+    assert lines[-1] == "Over the 2 scenarios: 1 frontier, 1 dominated."
