@@ -26,8 +26,12 @@ permutation of the rids, deterministic, ties broken by ``arrival_seq``).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from policies.views import DllmView, RequestView
+
+if TYPE_CHECKING:
+    from policies.scheduling import SchedulingNeeds
 
 
 def blocks_left(request: RequestView, dllm: DllmView) -> int:
@@ -51,3 +55,18 @@ def denoise_rounds_bound(request: RequestView, dllm: DllmView) -> int:
     ``LowConfidence`` unmasks at least one position per step); an estimate
     above it is never right."""
     return blocks_left(request, dllm) * (dllm.block_size + 1)
+
+
+def round_shape(needs: SchedulingNeeds, max_running_requests: int) -> tuple[int, int]:
+    """``(slots, blocks per round)`` of a diffusion host serving an order with ``needs``,
+    whose own request slots are ``max_running_requests``.
+
+    NOTE: the one statement of the rule both hosts follow (the server's round
+    scheduler and the simulator's): the order's ``dllm_slots`` or the host's
+    slots; its ``dllm_round_blocks`` or one block per slot. SGLang's own order
+    (``sglang_native``) keeps the host's slots and budget."""
+    if needs.sglang_native is not None:
+        return max_running_requests, max_running_requests
+    slots = needs.dllm_slots or max_running_requests
+    return slots, needs.dllm_round_blocks or slots
+

@@ -25,6 +25,7 @@ from bench.sim.dllm.oracle import OracleDwise
 from bench.traces.trace import Trace
 from policies.scheduling import SchedulingPolicy
 from policies.scheduling.dwise import DwisePolicy
+from policies.scheduling.rounds import round_shape
 
 
 def rounds_model(cfg: DllmSimConfig) -> RoundsModel:
@@ -47,10 +48,7 @@ def round_cost(cfg: DllmSimConfig, cost: CostModel) -> RoundCost:
 def slots_of(policy: SchedulingPolicy | None, max_running_requests: int | None) -> tuple[int, int]:
     """``(slots, round_blocks)`` for a run (module docs)."""
     base = 1 if max_running_requests is None else max_running_requests
-    if policy is None or policy.needs.sglang_native is not None:
-        return base, base
-    slots = policy.needs.dllm_slots or base
-    return slots, policy.needs.dllm_round_blocks or slots
+    return (base, base) if policy is None else round_shape(policy.needs, base)
 
 
 def oracle_of(policy: SchedulingPolicy | None) -> OracleDwise:

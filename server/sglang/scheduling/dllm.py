@@ -33,6 +33,7 @@ from sglang.srt.managers.schedule_policy import AddReqResult
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
 from policies.scheduling import QueueView, SchedulingPolicy, check_permutation
+from policies.scheduling.rounds import round_shape
 from policies.views import DllmView, RequestView
 from server.sglang.scheduling.dllm_counts import DllmState
 from server.sglang.scheduling.state import kind_record, put_kind_record, scheduler_state
@@ -77,8 +78,7 @@ class DllmRounds:
         cfg = scheduler.dllm_config
         self.block_size = int(cfg.block_size)
         self.mask_id = int(cfg.mask_id)
-        self.slots = int(order.needs.dllm_slots or cfg.max_running_requests)
-        self.round_blocks = int(order.needs.dllm_round_blocks or self.slots)
+        self.slots, self.round_blocks = (int(n) for n in round_shape(order.needs, int(cfg.max_running_requests)))
         self.round = 0
         self.ranked: list[Any] = []
         """This round's admitted requests, best first (set by ``fetch``)."""
