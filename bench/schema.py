@@ -33,6 +33,17 @@ class TraceFormat(enum.Enum):
     simple = "simple"
 
 
+class SessionSplit(enum.Enum):
+    """Which of a session trace's sessions a run replays (``bench/traces/claude_code.py``)."""
+
+    all = "all"
+    """Every session."""
+    tuning = "tuning"
+    """The half a default may be chosen on (by a hash of each session's file name)."""
+    evaluation = "evaluation"
+    """The other half: sessions no default was chosen on."""
+
+
 class TouchMode(enum.Enum):
     """Whether waiting requests refresh their cached prefixes' recency."""
 
@@ -74,6 +85,11 @@ class ClaudeCodeConfig:
     """Replay only the first N sessions (file-name order); null = all."""
     include_subagents: bool = True
     """Replay sub-agent requests (they share the session's cache namespace)."""
+    split: SessionSplit = SessionSplit.all
+    """Which sessions: ``all``, or the ``tuning`` / ``evaluation`` half (disjoint,
+    fixed by a hash of each session's file name, so a table judged on
+    ``evaluation`` replays sessions no default saw); ``max_sessions`` counts
+    within the half."""
 
 
 @dataclass

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.schema import TraceConfig, TraceFormat
+from bench.schema import SessionSplit, TraceConfig, TraceFormat
 from bench.traces.azure import load_azure
 from bench.traces.claude_code import load_claude_code
 from bench.traces.mooncake import load_mooncake
@@ -39,7 +39,7 @@ def read_trace(cfg: TraceConfig, data_root: Path) -> Trace:
     if fmt is TraceFormat.claude_code:
         cc = cfg.claude_code
         return load_claude_code(path, name=cfg.name, session_rate=cc.session_rate,
-                                max_sessions=cc.max_sessions,
+                                max_sessions=cc.max_sessions, split=SessionSplit(cc.split).value,
                                 include_subagents=cc.include_subagents, seed=cfg.seed)
     if fmt is TraceFormat.simple:
         return load_simple(path, name=cfg.name, block_size=cfg.simple.block_size)

@@ -21,6 +21,7 @@ parent does not wait for its sub-agents (the recordings show it continuing).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import lzma
 from array import array
@@ -42,6 +43,15 @@ def session_files(folder: Path) -> list[Path]:
     if not files:
         raise FileNotFoundError(f"no {SESSION_GLOB} files under {base}")
     return files
+
+
+def split_of(path: Path) -> str:
+    """``tuning`` or ``evaluation``: the half a session file belongs to.
+
+    NOTE: by a hash of the file's stem, not its position, so the halves stay
+    the same sessions when files are added or a run takes only the first N."""
+    stem = path.name.split(".")[0]
+    return "tuning" if hashlib.sha256(stem.encode()).digest()[0] % 2 == 0 else "evaluation"
 
 
 def read_session(path: Path) -> dict[str, Any]:
@@ -123,15 +133,20 @@ class _SessionBuilder:
 
 def load_claude_code(folder: Path, name: str = "claude_code", session_rate: float = 0.05,
                      max_sessions: int | None = None, include_subagents: bool = True,
-                     seed: int = 0) -> Trace:
+                     seed: int = 0, split: str = "all") -> Trace:
     """Read kv-cache-tester sessions into a closed-loop ``Trace``.
 
-    Session ``k`` (in file-name order) starts at the ``k``-th arrival of a
-    Poisson process with ``session_rate`` sessions/s (seeded by ``seed``).
+    Session ``k`` (in file-name order, within ``split``: ``all``, ``tuning`` or
+    ``evaluation``, ``split_of``) starts at the ``k``-th arrival of a Poisson
+    process with ``session_rate`` sessions/s (seeded by ``seed``).
     """
     if session_rate <= 0:
         raise ValueError(f"session_rate must be > 0, got {session_rate}")
+    if split not in ("all", "tuning", "evaluation"):
+        raise ValueError(f"split must be all, tuning or evaluation, got {split!r}")
     files = session_files(folder)
+    if split != "all":
+        files = [f for f in files if split_of(f) == split]
     if max_sessions is not None:
         files = files[:max_sessions]
     rng = np.random.default_rng(seed)

@@ -118,6 +118,24 @@ def test_claude_code_subagents_start_after_their_parent_turn():
     assert first_sub.delay_s == pytest.approx(134.227 - 7.27, abs=1e-6)
 
 
+def test_claude_code_halves_are_disjoint_stable_and_cover_every_session():
+    from bench.traces.claude_code import split_of
+
+    files = session_files(CC)
+    halves = Counter(split_of(f) for f in files)
+    assert set(halves) == {"tuning", "evaluation"} and sum(halves.values()) == 568
+    assert min(halves.values()) > 0.4 * 568  # a hash, roughly half each
+    tune = load_claude_code(CC, name="cc", max_sessions=8, split="tuning")
+    held = load_claude_code(CC, name="cc", max_sessions=8, split="evaluation")
+    sessions = lambda t: {r.session_id.split("/")[0] for r in t.requests}  # noqa: E731 (sub-agents: parent)
+    assert len(sessions(tune)) == len(sessions(held)) == 8 and not sessions(tune) & sessions(held)
+    # NOTE: the first 8 of a half are the first 8 of its files in name order, whatever else is there
+    first = [f for f in files if split_of(f) == "evaluation"][:8]
+    assert sessions(held) == {f"cc-{read_session(f).get('id', f.name.split('.')[0])}" for f in first}
+    with pytest.raises(ValueError, match="split must be all, tuning or evaluation"):
+        load_claude_code(CC, max_sessions=1, split="held-out")
+
+
 def test_claude_code_session_starts_are_seeded():
     a = load_claude_code(CC, max_sessions=5, seed=1)
     b = load_claude_code(CC, max_sessions=5, seed=1)
