@@ -4,7 +4,9 @@
     python -m bench.scripts.penelope --jobs 1   # one simulation at a time
 
 Claude Code agent sessions (kv-cache-tester, closed-loop with the recorded
-think times; ``SESSIONS`` sessions starting at ``SESSION_RATE``/s) on one H100
+think times; ``SESSIONS`` sessions starting at ``SESSION_RATE``/s: the tuning
+instance, seed 0, from the tuning half of the sessions, the evaluation seeds
+from the evaluation half, ``trace.claude_code.split``) on one H100
 with Llama-3.1-8B, at several KV pool sizes (``sim.max_total_tokens``), with
 ``+cache=lru`` (stock SGLang, tail-first), ``lfu``, ``penelope`` (strict
 order: shared prefix last, private histories LRU across sessions, front-first
@@ -28,10 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.config import compose_bench, resolve_bench
+from bench.frontier import Metric, verdict_lines
 from bench.report import fmt
 from bench.run import run_bench
 from bench.scripts.baselines import COMMON
 from bench.scripts.common import git_commit, sweep_main
+from bench.scripts.splits import TIE
 
 SESSION_RATE = 0.005
 SESSIONS = 120
@@ -64,9 +68,12 @@ TARGET = 0.40
 
 
 def overrides(capacity: int, policy: tuple[str, ...], host: bool, seed: int = 0) -> list[str]:
+    # NOTE: the tuning instance (seed 0) replays the tuning half of the sessions, the evaluation
+    # seeds the other half: sessions no default was looked at on (trace.claude_code.split)
+    split = "tuning" if seed == 0 else "evaluation"
     out = ["trace=claude_code_sessions", f"trace.claude_code.session_rate={SESSION_RATE}",
-           f"trace.claude_code.max_sessions={SESSIONS}", *COMMON, f"sim.max_total_tokens={capacity}",
-           *policy, *([f"trace.seed={seed}"] if seed else [])]
+           f"trace.claude_code.max_sessions={SESSIONS}", f"trace.claude_code.split={split}", *COMMON,
+           f"sim.max_total_tokens={capacity}", *policy, *([f"trace.seed={seed}"] if seed else [])]
     if not host:
         return out
     # NOTE: the same tier, by its implementation: Switchboard's (in the gap cache) for Penelope,
@@ -134,7 +141,8 @@ def render(rows: dict[Key, dict[str, Any]], wall_s: float) -> str:
              f"Produced by `python -m bench.scripts.penelope` at commit {git_commit()} "
              f"({datetime.now(UTC):%Y-%m-%d}, {wall_s / 60:.0f} min). One H100 with "
              "Llama-3.1-8B (roofline cost model: compare rows, not absolute numbers); "
-             f"Claude Code agent sessions, {SESSIONS} sessions starting at {SESSION_RATE}/s, "
+             f"Claude Code agent sessions, {SESSIONS} sessions starting at {SESSION_RATE}/s (seed 0: the "
+             "tuning half of the sessions; evaluation seeds: the other half, `trace.claude_code.split`), "
              "closed-loop with recorded think times. Host tier (rows `+host`): "
              f"{HOST_TIER_TOKENS:,} tokens of host memory restored at 50 GB/s (Penelope's in its "
              "gap cache, `cache.host_tier_tokens`; for a built-in order SGLang's own HiCache, "
@@ -148,6 +156,19 @@ def render(rows: dict[Key, dict[str, Any]], wall_s: float) -> str:
              "from the host tier.", "",
              *_excluded(rows), ""]
     lines += render_verdict(rows)
+    lines += ["", "## Frontier verdict: Penelope against every eviction order on mean TTFT and hit rate", "",
+              "Per evaluation seed and pool, both metrics at once (`bench/frontier.py`; values within "
+              f"{TIE:.0%} count as equal): against SGLang's orders as they run (with the overlap "
+              "scheduler), then against the same orders under Penelope's flag (the controls).", ""]
+    metrics = (Metric("mean", "TTFT mean", tolerance=TIE), Metric("hit", "hit rate", higher_is_better=True,
+                                                                     tolerance=TIE))
+    for label, among in ((PENELOPE, BUILTINS), (PENELOPE, tuple(CONTROL.format(b) for b in BUILTINS))):
+        lines += [f"`{label}` against {'the built-ins' if among == BUILTINS else 'the controls'}:", ""]
+        lines += verdict_lines({f"seed {s}, {c:,} tokens": {r: (rows[(c, False, s, r)]["mean"],
+                                                               rows[(c, False, s, r)]["hit"])
+                                                           for r in (*among, label)}
+                                for s in EVAL_SEEDS for c in CAPACITIES}, label, among, metrics)
+        lines.append("")
     lines += ["", "## Tuning instance (session-start seed 0)", "",
               "The exploratory sweeps behind `position_weight_s` ran on this seed; it is "
               "reported, not judged.", "",
