@@ -149,15 +149,13 @@ def server_line(row: str) -> str:
     return "python -m server" + ("" if row == STOCK else f" {row}")
 
 
-def report(summaries: dict[str, dict[str, Any]], rows: Sequence[Row], skipped: Sequence[tuple[str, str]],
+def report(points: dict[str, tuple[float, ...]], n: int, rows: Sequence[Row], skipped: Sequence[tuple[str, str]],
            metrics: Sequence[Metric], chosen: tuple[str, str], base: Sequence[str], wall_s: float,
            replay_s: dict[str, float]) -> str:
-    """The markdown report (module docs)."""
-    points = {r.label: tuple(m.of(summaries[r.label]) for m in metrics) for r in rows}
+    """The markdown report (module docs): ``points``, each row's metric values; ``n``, requests per replay."""
     on = set(frontier(points, metrics))
     builtins = {r.label: points[r.label] for r in rows if r.builtin}
     tolerance = max(m.tolerance for m in metrics)
-    n = summaries[rows[0].label]["requests"]
     lines = [f"Trace and profiles: `{' '.join(base) or '(bench defaults)'}`; {len(rows)} rows of {n:,} requests "
              f"replayed in {wall_s:.0f} s. Values within {tolerance:.1%} of each other count as equal.", "",
              "| row | SGLang's own | " + " | ".join(m.name for m in metrics) + " | frontier | verdict | replay (s) |",
@@ -213,17 +211,18 @@ def advise(base: Sequence[str], kinds: Sequence[str], metrics: Sequence[Metric],
     done = run_rows("advise", [Job(tuple(base), r) for r in rows], replay, out or Path("."), jobs,
                     lambda j: j.row.label)
     skipped += [(job.row.label, res["error"]) for job, res in done.items() if "error" in res]
-    rows = [job.row for job, res in done.items() if "error" not in res]
-    summaries = {job.row.label: res["summary"] for job, res in done.items() if "error" not in res}
+    ran = {job.row: res for job, res in done.items() if "error" not in res}
+    rows = list(ran)
     if not any(r.builtin for r in rows):
         raise ValueError("no built-in row ran: nothing to judge against")
+    summaries = {r.label: res["summary"] for r, res in ran.items()}
+    points = {r.label: tuple(m.of(summaries[r.label]) for m in metrics) for r in rows}
     chosen = choose(summaries, bounds, best)
-    replay_s = {job.row.label: res["wall_s"] for job, res in done.items() if "error" not in res}
-    text = report(summaries, rows, skipped, metrics, chosen, base, time.perf_counter() - t0, replay_s)
+    text = report(points, summaries[rows[0].label]["requests"], rows, skipped, metrics, chosen, base,
+                  time.perf_counter() - t0, {r.label: res["wall_s"] for r, res in ran.items()})
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "advise.md").write_text(text)
-        points = {r.label: tuple(m.of(summaries[r.label]) for m in metrics) for r in rows}
         plot(points, {r.label for r in rows if r.builtin}, metrics, out / "advise.png")
     return text
 

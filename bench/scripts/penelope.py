@@ -54,6 +54,7 @@ PENELOPE_W = f"penelope w={POSITION_WEIGHT_S}"
 CONTROL = "{} no-overlap"
 CONTROLS = tuple((CONTROL.format(name), (f"+cache={name}", "sim.disable_overlap_schedule=true"))
                  for name in BUILTINS)
+CONTROL_ROWS = tuple(label for label, _ in CONTROLS)
 #: (row label, overrides choosing the cache policy)
 POLICIES = (
     *((name, (f"+cache={name}",)) for name in BUILTINS),
@@ -162,12 +163,12 @@ def render(rows: dict[Key, dict[str, Any]], wall_s: float) -> str:
               "scheduler), then against the same orders under Penelope's flag (the controls).", ""]
     metrics = (Metric("mean", "TTFT mean", tolerance=TIE), Metric("hit", "hit rate", higher_is_better=True,
                                                                      tolerance=TIE))
-    for label, among in ((PENELOPE, BUILTINS), (PENELOPE, tuple(CONTROL.format(b) for b in BUILTINS))):
-        lines += [f"`{label}` against {'the built-ins' if among == BUILTINS else 'the controls'}:", ""]
+    for among, what in ((BUILTINS, "the built-ins"), (CONTROL_ROWS, "the controls")):
+        lines += [f"`{PENELOPE}` against {what}:", ""]
         lines += verdict_lines({f"seed {s}, {c:,} tokens": {r: (rows[(c, False, s, r)]["mean"],
                                                                rows[(c, False, s, r)]["hit"])
-                                                           for r in (*among, label)}
-                                for s in EVAL_SEEDS for c in CAPACITIES}, label, among, metrics)
+                                                           for r in (*among, PENELOPE)}
+                                for s in EVAL_SEEDS for c in CAPACITIES}, PENELOPE, among, metrics)
         lines.append("")
     lines += ["", "## Tuning instance (session-start seed 0)", "",
               "The exploratory sweeps behind `position_weight_s` ran on this seed; it is "
@@ -214,8 +215,7 @@ def render_verdict(rows: dict[Key, dict[str, Any]]) -> list[str]:
              "| KV pool (tokens) | policy | " + " | ".join(f"seed {s}" for s in EVAL_SEEDS)
              + " | mean | range | wins |", "|---|---|" + "---|" * (len(EVAL_SEEDS) + 3)]
     for capacity in CAPACITIES:
-        controls = [CONTROL.format(b) for b in BUILTINS]
-        for what, among in (("best built-in", BUILTINS), ("best control (no overlap)", controls)):
+        for what, among in (("best built-in", BUILTINS), ("best control (no overlap)", CONTROL_ROWS)):
             best = {s: min(among, key=lambda b: rows[(capacity, False, s, b)]["mean"]) for s in EVAL_SEEDS}
             lines.append(f"| {capacity:,} | {what} (mean TTFT) | " + " | ".join(
                 f"`{best[s]}` {fmt(rows[(capacity, False, s, best[s])]['mean'], 1, 's')}" for s in EVAL_SEEDS)

@@ -66,10 +66,10 @@ def _autoregressive_server(settings: BenchSettings, trace: Trace, cost: CostMode
              sim_settings.max_running_requests)
     parts = sim_parts(settings, Scope.replica)
     charged, sync = overlap_charged(cost, settings.accelerator, parts.overlap_off)
-    # NOTE: logged on a synchronous device with or without the overlap loop's lag: SGLang's
-    # own step counters (meta.engine_counters) are rebuilt from the log either way
-    logged = sync or settings.accelerator.synchronous_forward
-    iterations = IterationLog(charged, lagged=sync) if logged else None
+    # NOTE: logged on a synchronous device with or without the overlap loop's lag (``sync``
+    # implies a synchronous device): SGLang's own step counters (meta.engine_counters) are
+    # rebuilt from the log either way
+    iterations = IterationLog(charged, lagged=sync) if settings.accelerator.synchronous_forward else None
     sim = build_simulator(trace, iterations if iterations is not None else charged, sim_settings, parts)
     if iterations is not None:
         iterations.clock = lambda: sim.now

@@ -69,4 +69,3 @@ def round_shape(needs: SchedulingNeeds, max_running_requests: int) -> tuple[int,
         return max_running_requests, max_running_requests
     slots = needs.dllm_slots or max_running_requests
     return slots, needs.dllm_round_blocks or slots
-

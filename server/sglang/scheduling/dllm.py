@@ -78,7 +78,7 @@ class DllmRounds:
         cfg = scheduler.dllm_config
         self.block_size = int(cfg.block_size)
         self.mask_id = int(cfg.mask_id)
-        self.slots, self.round_blocks = (int(n) for n in round_shape(order.needs, int(cfg.max_running_requests)))
+        self.slots, self.round_blocks = round_shape(order.needs, int(cfg.max_running_requests))
         self.round = 0
         self.ranked: list[Any] = []
         """This round's admitted requests, best first (set by ``fetch``)."""
