@@ -74,7 +74,7 @@ TABLES: tuple[Table, ...] = (
     Table("leap_curve", ("bench.scripts.leap_curve", "--prompts", "500", "--concurrency", "32"),
           ("leap_curve.json", "leap_curve.png"), live=True),
     Table("leap", ("bench.scripts.leap_sim",), ("leap.md",)),
-    Table("penelope", ("bench.scripts.penelope",), ("penelope.md",)),
+    Table("penelope", ("bench.scripts.penelope", "--check-defaults"), ("penelope.md",)),
     Table("tiers", ("bench.scripts.tiers",), ("tiers.md",)),
     Table("histate", ("bench.scripts.histate",), ("histate.md",)),
     Table("basin_surge", ("bench.scripts.basin_surge",), ("basin_surge.md", "basin_surge.png")),

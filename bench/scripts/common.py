@@ -44,13 +44,19 @@ def run_rows(name: str, keys: list[K], run: Callable[[K, Path], dict[str, Any]],
 
 def sweep_main(name: str, doc: str, keys: Callable[[], list[K]], run: Callable[[K, Path], dict[str, Any]],
                describe: Callable[[K], str], summary: Callable[[dict[str, Any]], str],
-               render: Callable[[dict[K, dict[str, Any]], float], str]) -> None:
+               render: Callable[[dict[K, dict[str, Any]], float], str],
+               stale: Callable[[dict[K, dict[str, Any]]], str | None] | None = None) -> None:
     """A sweep script's command line: ``--out``/``--results`` (``add_output_args``) and ``--jobs``;
     stamps the commit before any work, runs every key (``run_rows``), prints
-    ``describe(key): summary(row)`` per row and writes ``render(rows, wall seconds)`` to ``--out``."""
+    ``describe(key): summary(row)`` per row and writes ``render(rows, wall seconds)`` to ``--out``.
+    With ``stale`` (a tuned default's check: a message when the config does not hold the sweep's
+    choice), the message is printed, and with ``--check-defaults`` it fails the command."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     add_output_args(ap, name, name)
     ap.add_argument("--jobs", type=int, default=2, help="simulations run at once (default 2)")
+    if stale is not None:
+        ap.add_argument("--check-defaults", action="store_true",
+                        help="fail unless the config holds the default the tuning sweep chose")
     args = ap.parse_args()
     git_commit()  # NOTE: stamps the run now (cached), before any work
     t0 = time.perf_counter()
@@ -59,6 +65,11 @@ def sweep_main(name: str, doc: str, keys: Callable[[], list[K]], run: Callable[[
         print(f"{describe(key)}: {summary(r)}")
     args.out.write_text(render(rows, time.perf_counter() - t0))
     print(f"wrote {args.out}")
+    message = stale(rows) if stale is not None else None
+    if message is not None:
+        if args.check_defaults:
+            raise SystemExit(message)
+        print("NOTE: " + message)
 
 
 #: The code and configs that make a table; not the committed tables themselves

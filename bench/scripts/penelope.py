@@ -1,7 +1,9 @@
 """Penelope vs tail-first eviction on Claude Code agent sessions -> ``bench/results/penelope.md``.
 
-    python -m bench.scripts.penelope        # every row, then the table (~15 min on 2 cores)
+    python -m bench.scripts.penelope        # every row, then the table (~30 min on 2 cores)
     python -m bench.scripts.penelope --jobs 1   # one simulation at a time
+    python -m bench.scripts.penelope --check-defaults  # also fail unless conf/cache/penelope.yaml
+                                                     # holds the position_weight_s the sweep chose
 
 Claude Code agent sessions (kv-cache-tester, closed-loop with the recorded
 think times; ``SESSIONS`` sessions starting at ``SESSION_RATE``/s: the tuning
@@ -25,9 +27,12 @@ path (``meta.gap_recomputed_tokens``).
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from bench.config import compose_bench, resolve_bench
 from bench.frontier import Metric, verdict_lines
@@ -36,6 +41,7 @@ from bench.run import run_bench
 from bench.scripts.baselines import COMMON
 from bench.scripts.common import git_commit, sweep_main
 from bench.scripts.splits import TIE
+from bench.traces.paths import REPO_ROOT
 
 SESSION_RATE = 0.005
 SESSIONS = 120
@@ -43,13 +49,22 @@ CAPACITIES = (300_000, 450_000, 600_000, 750_000, 1_200_000)
 #: Session-start seeds (``trace.seed``) of the evaluation split; seed 0 is the tuning instance.
 EVAL_SEEDS = (1, 2, 3, 4)
 HOST_TIER_TOKENS = 2_000_000
-POSITION_WEIGHT_S = 0.001
+#: ``cache.position_weight_s`` values tried on the tuning instance, in the rule's order of preference.
+WEIGHT_SWEEP = (0.0, 0.0005, 0.001, 0.002, 0.004)
+PENELOPE_YAML = REPO_ROOT / "conf" / "cache" / "penelope.yaml"
 #: SGLang's built-in eviction orders (``--radix-eviction-policy``; ``tlru`` is
 #: left out: with its default thresholds it is ``lru``, and its thresholds need
 #: a TTFT budget this table does not set).
 BUILTINS = ("lru", "lfu", "fifo", "mru", "filo", "priority", "slru")
 PENELOPE = "penelope"
-PENELOPE_W = f"penelope w={POSITION_WEIGHT_S}"
+
+
+def weight_label(weight: float) -> str:
+    """The row label of Penelope at ``position_weight_s=weight`` (the sweep's rows)."""
+    return f"penelope w={weight:g}"
+
+
+STRICT = weight_label(0.0)
 #: Control rows: a built-in under the flags Penelope forces (``+cache=penelope``: no overlap scheduler).
 CONTROL = "{} no-overlap"
 CONTROLS = tuple((CONTROL.format(name), (f"+cache={name}", "sim.disable_overlap_schedule=true"))
@@ -59,11 +74,15 @@ CONTROL_ROWS = tuple(label for label, _ in CONTROLS)
 POLICIES = (
     *((name, (f"+cache={name}",)) for name in BUILTINS),
     (PENELOPE, ("+cache=penelope",)),
-    (PENELOPE_W, ("+cache=penelope", f"cache.position_weight_s={POSITION_WEIGHT_S}")),
+    *((weight_label(w), ("+cache=penelope", f"cache.position_weight_s={w}")) for w in WEIGHT_SWEEP),
     *CONTROLS,
 )
-#: Rows that also run with the host tier.
-HOST_POLICIES = ("lru", "lfu", PENELOPE, PENELOPE_W)
+SWEEP_ROWS = tuple(weight_label(w) for w in WEIGHT_SWEEP)
+#: Rows of the tuning instance: the orders, the controls and the sweep (``penelope`` as
+#: configured is one of the sweep's rows there).
+TUNING_ROWS = (*BUILTINS, *SWEEP_ROWS, *CONTROL_ROWS)
+#: Rows that also run with the host tier (tuning instance only).
+HOST_POLICIES = ("lru", "lfu", *SWEEP_ROWS)
 TARGET = 0.40
 """Penelope's mean TTFT at least this far below lru's where lru thrashes."""
 
@@ -102,12 +121,48 @@ Key = tuple[int, bool, int, str]
 """(capacity, host tier, seed, policy label)."""
 
 
+def configured_weight() -> float:
+    """``position_weight_s`` as ``conf/cache/penelope.yaml`` holds it."""
+    return float(yaml.safe_load(PENELOPE_YAML.read_text())["position_weight_s"])
+
+
+def eval_rows() -> tuple[str, ...]:
+    """Penelope's rows on the evaluation seeds: as configured, and the strict order beside it
+    when the configured weight is not 0."""
+    return (PENELOPE,) if configured_weight() == 0 else (PENELOPE, STRICT)
+
+
 def jobs() -> list[Key]:
-    """Every row: the tuning seed's full table, then the evaluation seeds (no host tier)."""
-    out = [(c, False, 0, label) for c in CAPACITIES for label, _ in POLICIES]
+    """Every row: the tuning seed's full table with the sweep, then the evaluation seeds (no host tier)."""
+    out = [(c, False, 0, label) for c in CAPACITIES for label in TUNING_ROWS]
     out += [(c, True, 0, label) for c in CAPACITIES for label in HOST_POLICIES]
-    out += [(c, False, seed, label) for seed in EVAL_SEEDS for c in CAPACITIES for label, _ in POLICIES]
+    evaluated = (*BUILTINS, *eval_rows(), *CONTROL_ROWS)
+    out += [(c, False, seed, label) for seed in EVAL_SEEDS for c in CAPACITIES for label in evaluated]
     return out
+
+
+def weight_scores(rows: dict[Key, dict[str, Any]]) -> dict[float, float]:
+    """Per swept weight: the geometric mean of mean TTFT over the tuning instance's cells
+    (every pool, without and with the host tier)."""
+    cells = [(c, host) for host in (False, True) for c in CAPACITIES]
+    return {w: math.exp(sum(math.log(rows[(c, host, 0, weight_label(w))]["mean"]) for c, host in cells)
+                        / len(cells)) for w in WEIGHT_SWEEP}
+
+
+def choose_weight(scores: dict[float, float]) -> float:
+    """The rule: the first weight in sweep order whose score is within ``TIE`` of the lowest."""
+    # NOTE: ties go to the earlier value (the strict order first), so noise cannot move the default
+    best = min(scores.values())
+    return next(w for w in WEIGHT_SWEEP if scores[w] <= best * (1 + TIE))
+
+
+def stale_default(rows: dict[Key, dict[str, Any]]) -> str | None:
+    """A message when the config's ``position_weight_s`` is not the sweep's choice."""
+    chosen, held = choose_weight(weight_scores(rows)), configured_weight()
+    print(f"chosen on the tuning instance: position_weight_s={chosen:g}")
+    if chosen == held:
+        return None
+    return f"conf/cache/penelope.yaml holds position_weight_s={held:g}; the tuning instance chose {chosen:g}"
 
 
 def describe(key: Key) -> str:
@@ -125,7 +180,7 @@ def main() -> None:
     sweep_main("penelope", __doc__, jobs, _run, describe,
                lambda r: f"TTFT mean {r['mean']:.2f} p50 {r['p50']:.2f} p99 {r['p99']:.2f} "
                          f"recomputed {r['recomputed']} ({r['wall_s']:.0f} s)",
-               render)
+               render, stale_default)
 
 
 def tuning_line(capacity: int, host: bool, label: str, r: dict[str, Any], lru_mean: float) -> str:
@@ -170,16 +225,17 @@ def render(rows: dict[Key, dict[str, Any]], wall_s: float) -> str:
                                                            for r in (*among, PENELOPE)}
                                 for s in EVAL_SEEDS for c in CAPACITIES}, PENELOPE, among, metrics)
         lines.append("")
+    lines += ["", *render_sweep(rows)]
     lines += ["", "## Tuning instance (session-start seed 0)", "",
-              "The exploratory sweeps behind `position_weight_s` ran on this seed; it is "
-              "reported, not judged.", "",
+              "The sweep of `position_weight_s` ran on this seed (the tuning half of the sessions); "
+              "it is reported, not judged.", "",
               "| KV pool (tokens) | host tier | policy | TTFT mean | p50 | p99 | vs lru mean | "
               "hit rate | recomputed | gap | restored | finished |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for host in (False, True):
         for capacity in CAPACITIES:
             base = rows[(capacity, host, 0, "lru")]["mean"]
-            for label in (HOST_POLICIES if host else [lb for lb, _ in POLICIES]):
+            for label in (HOST_POLICIES if host else TUNING_ROWS):
                 lines.append(tuning_line(capacity, host, label, rows[(capacity, host, 0, label)], base))
     lines += ["", "## Commands", "", "```"]
     lines += [r["cmd"] for (c, h, seed, _), r in rows.items() if seed == 0]
@@ -187,6 +243,27 @@ def render(rows: dict[Key, dict[str, Any]], wall_s: float) -> str:
                  f"{','.join(map(str, EVAL_SEEDS))} added")
     lines += ["```", ""]
     return "\n".join(lines)
+
+
+def render_sweep(rows: dict[Key, dict[str, Any]]) -> list[str]:
+    """The sweep of ``position_weight_s`` on the tuning instance and the rule's choice."""
+    scores = weight_scores(rows)
+    chosen, held = choose_weight(scores), configured_weight()
+    lines = ["## `position_weight_s`, chosen on the tuning instance", "",
+             "Seed 0 on the tuning half of the sessions, every pool without and with the host tier (10 "
+             "cells). The rule (`choose_weight`): the lowest geometric mean of mean TTFT over the cells; "
+             f"values within {TIE:.0%} of it count as equal and the first in sweep order wins (the sweep "
+             "starts at the strict order, 0, written in the script).", "",
+             "| position_weight_s | geometric-mean TTFT mean | vs strict (0) | lowest mean TTFT in |",
+             "|---|---|---|---|"]
+    cells = [(c, host) for host in (False, True) for c in CAPACITIES]
+    for w in WEIGHT_SWEEP:
+        wins = sum(min(WEIGHT_SWEEP, key=lambda v: rows[(c, h, 0, weight_label(v))]["mean"]) == w for c, h in cells)
+        lines.append(f"| {w:g} | {scores[w]:.3f} s | {scores[w] / scores[0.0] - 1:+.1%} | "
+                     f"{wins} of {len(cells)} cells |")
+    verdict = "holds it" if chosen == held else f"holds {held:g}: STALE, change it by hand"
+    lines += ["", f"Chosen: **{chosen:g}**; `conf/cache/penelope.yaml` {verdict}."]
+    return lines
 
 
 def _excluded(rows: dict[Key, dict[str, Any]]) -> list[str]:
@@ -220,7 +297,7 @@ def render_verdict(rows: dict[Key, dict[str, Any]]) -> list[str]:
             lines.append(f"| {capacity:,} | {what} (mean TTFT) | " + " | ".join(
                 f"`{best[s]}` {fmt(rows[(capacity, False, s, best[s])]['mean'], 1, 's')}" for s in EVAL_SEEDS)
                 + " | | | |")
-            for label in (PENELOPE, PENELOPE_W):
+            for label in eval_rows():
                 ch = [rows[(capacity, False, s, label)]["mean"] / rows[(capacity, False, s, best[s])]["mean"] - 1
                       for s in EVAL_SEEDS]
                 lines.append(f"| {capacity:,} | `{label}` vs {what.split(' (')[0]} | "
@@ -229,7 +306,7 @@ def render_verdict(rows: dict[Key, dict[str, Any]]) -> list[str]:
                              f"| {sum(c < 0 for c in ch)}/{len(ch)} |")
     lines += ["", f"Target: Penelope's mean TTFT >= {TARGET:.0%} below lru's at the pool where lru "
               "thrashes (the pool with lru's highest mean TTFT on that seed, no host tier):", ""]
-    for label in (PENELOPE, PENELOPE_W):
+    for label in eval_rows():
         cells = []
         for s in EVAL_SEEDS:
             worst = max(CAPACITIES, key=lambda c: rows[(c, False, s, "lru")]["mean"])

@@ -39,12 +39,13 @@ class PenelopePolicy:
     """Blocks starting within this many tokens of a path's start count as the
     shared system prompt (0: only sharing seen in the cache counts)."""
 
-    position_weight_s: float = 0.0
+    position_weight_s: float = 0.001
     """Recency a private block earns per token of its start position, in the
     host's time unit (seconds): ``last_access + position_weight_s * prefix_len``
     orders private histories. 0 = strictly least recently used across sessions
     (front-first only within one); > 0 trades recency for recompute cost, so
-    the cheap fronts of several recent histories go before an older tail."""
+    the cheap fronts of several recent histories go before an older tail.
+    0.001: chosen on the tuning split (``bench.scripts.penelope``'s sweep)."""
 
     needs: ClassVar[EvictionNeeds] = EvictionNeeds(interior=True)
     """Interior blocks may be freed, leaving a gap (``policies.cache`` NOTE)."""

@@ -65,7 +65,7 @@ GOLDEN: dict[str, str] = {
     "flatcake": "6a25e02e91abab5f",
     "histate": "ce670891deeef690",
     "leap": "fd61ee78586891a6",
-    "penelope": "b766fc804ce7d929",
+    "penelope": "9a3ecca075cdb1cd",
     "router": "e3d0d089f4413e37",
     "scute": "1daaafcf37a062ff",
     "stock_dllm": "4382b9c077f43af2",

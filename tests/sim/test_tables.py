@@ -109,8 +109,9 @@ def test_penelope_tuning_row_is_what_its_script_gives(tmp_path):
     """Penelope at the 600,000-token pool on the tuning seed, no host tier, beside lru (20 s)."""
     from bench.scripts import penelope
 
-    lru, ours = (penelope._run((600_000, False, 0, label), tmp_path) for label in ("lru", "penelope"))
-    line = penelope.tuning_line(600_000, False, "penelope", ours, lru["mean"])
+    label = penelope.weight_label(penelope.configured_weight())
+    lru, ours = (penelope._run((600_000, False, 0, row), tmp_path) for row in ("lru", label))
+    line = penelope.tuning_line(600_000, False, label, ours, lru["mean"])
     assert line in (RESULTS / "penelope.md").read_text().splitlines(), line
 
 
