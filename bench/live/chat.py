@@ -131,11 +131,14 @@ def loads(base_url: str) -> dict[str, Any]:
     return rank0
 
 
-def metric_total(base_url: str, name: str, timeout: float = 10) -> float:
-    """The sum of a Prometheus series ``name`` over its label sets (SGLang's ``/metrics``)."""
+def metric_total(base_url: str, name: str, timeout: float = 10, labels: dict[str, str] | None = None) -> float:
+    """The sum of a Prometheus series ``name`` over its label sets (SGLang's ``/metrics``), or over
+    those carrying every one of ``labels``."""
     text = httpx.get(base_url + "/metrics", timeout=timeout).text
+    wanted = [f'{k}="{v}"' for k, v in (labels or {}).items()]
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith((name + "{", name + " ")))
+               if line.startswith((name + "{", name + " "))
+               and all(w in line.split("}", 1)[0] for w in wanted))
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 120, what: str = "condition") -> None:

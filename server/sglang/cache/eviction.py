@@ -12,6 +12,7 @@ core (the Rust core only knows SGLang's built-in names).
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from sglang.srt.mem_cache import utils as mem_cache_utils
@@ -19,6 +20,7 @@ from sglang.srt.mem_cache.evict_policy import EvictionStrategy
 
 from policies.cache import BlockView, EvictionPolicy, EvictionRank
 from server.sglang.cache.names import EVICTION_STRATEGY_NAME, register_eviction_choice
+from server.sglang.scheduling.hook_clock import HOOK_CLOCK
 
 log = logging.getLogger("switchboard.eviction")
 
@@ -50,7 +52,10 @@ class PolicyEvictionStrategy(EvictionStrategy):
         log.info("switchboard: radix-cache eviction ranked by %s", type(policy).__name__)
 
     def get_priority(self, node: Any) -> EvictionRank:
-        return self.policy.rank(block_view(node))
+        t = time.perf_counter()
+        rank = self.policy.rank(block_view(node))
+        HOOK_CLOCK.add("eviction", time.perf_counter() - t)
+        return rank
 
 
 def install_eviction_policy(policy: EvictionPolicy) -> None:

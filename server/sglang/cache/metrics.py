@@ -15,16 +15,20 @@ class Unmetered:
     def set(self, value: float) -> None:
         pass
 
+    def labels(self, **_: str) -> Unmetered:
+        return self
+
 
 @functools.cache
-def prometheus_counter(name: str, documentation: str) -> Any:
-    """The process's counter ``name``, created once (prometheus_client refuses
-    a second registration of one name); ``Unmetered`` without prometheus_client."""
+def prometheus_counter(name: str, documentation: str, labelnames: tuple[str, ...] = ()) -> Any:
+    """The process's counter ``name`` (with ``labelnames``: call ``.labels(...)``), created once
+    (prometheus_client refuses a second registration of one name); ``Unmetered`` without
+    prometheus_client."""
     try:
         from prometheus_client import Counter
     except ImportError:  # NOTE: metrics are optional; the log lines still count
         return Unmetered()
-    return Counter(name, documentation)
+    return Counter(name, documentation, labelnames)
 
 
 @functools.cache

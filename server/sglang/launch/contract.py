@@ -37,6 +37,9 @@ HOOKED_SYMBOLS: tuple[HookedSymbol, ...] = (
     HookedSymbol(f"{SCHED}.Scheduler.send_abort_output", ("self", "abort_req", "req")),
     HookedSymbol(f"{SCHED}.Scheduler.init_req_max_new_tokens", ("self", "req")),
     HookedSymbol(f"{SCHED}.Scheduler.run_batch", ("self", "batch", "pp_proxy_tensors")),
+    # NOTE: an iteration boundary of the hook clock (scheduling/hook_clock.py); its plan's batch_to_run
+    HookedSymbol(f"{SCHED}.Scheduler.get_next_batch_to_run", ("self", "running_batch", "last_batch")),
+    HookedSymbol("sglang.srt.managers.schedule_batch.NextBatchPlan.batch_to_run"),
     HookedSymbol("sglang.srt.model_executor.forward_batch_info.ForwardMode.is_extend",
                  ("self", "include_draft_extend_v2")),
     HookedSymbol("sglang.srt.model_executor.forward_batch_info.ForwardMode.is_target_verify", ("self",)),

@@ -20,6 +20,7 @@ from sglang.srt.managers.schedule_batch import FINISH_ABORT
 from policies.feedback import FinishedView, ObservesFinished, PredictsOutputLength
 from server.sglang.scheduling.capture import features_of
 from server.sglang.scheduling.dllm import finished_dllm_view
+from server.sglang.scheduling.hook_clock import HOOK_CLOCK
 from server.sglang.scheduling.state import state_of
 
 
@@ -82,6 +83,8 @@ def streamer_class(base: type, reporter: FinishReporter) -> type:
     class ReportingOutputStreamer(base):
         def stream_output(self, reqs: list[Any], return_logprob: bool, skip_req: Any = None) -> None:
             super().stream_output(reqs, return_logprob, skip_req)
+            t = time.perf_counter()
             reporter.report_finished([r for r in reqs if r is not skip_req])
+            HOOK_CLOCK.add("finished", time.perf_counter() - t)
 
     return ReportingOutputStreamer

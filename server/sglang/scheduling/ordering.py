@@ -23,6 +23,7 @@ from sglang.srt.managers.schedule_policy import SchedulePolicy
 from policies.scheduling import QueueView, SchedulingPolicy, check_permutation
 from policies.scheduling.columns import RanksColumns, check_ranking
 from server.sglang.scheduling.events import GatesArrival, LimitsChunk
+from server.sglang.scheduling.hook_clock import HOOK_CLOCK
 from server.sglang.scheduling.matching import MatchTracker
 from server.sglang.scheduling.queue_columns import QueueColumnStore
 
@@ -92,16 +93,21 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
 
     def calc_priority(self, waiting_queue: list[Any], running_batch: Any = None,
                       processed_tokens: int = 0) -> None:
+        t = time.perf_counter()
         if self.gate is not None:
             self.gate.revisit(waiting_queue)
         if self.order_policy is None:
+            own = time.perf_counter() - t  # NOTE: SGLang's own order is not a hook's time
             super().calc_priority(waiting_queue, running_batch, processed_tokens)
+            t = time.perf_counter()
         else:
+            own = 0.0
             clock = self.prefill_clock() if self.prefill_clock is not None else processed_tokens
             self._apply_order(waiting_queue, running_batch, clock)
         if self.gate is not None:
             waiting_queue.sort(key=self.gate.holds)  # stable: deferred go last
             self.store.remember(None)  # NOTE: the rows no longer follow the queue
+        HOOK_CLOCK.add("order", own + time.perf_counter() - t)
 
     def _apply_order(self, waiting_queue: list[Any], running_batch: Any, clock: int) -> None:
         sync = self.store.sync(waiting_queue)

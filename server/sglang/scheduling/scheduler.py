@@ -40,6 +40,7 @@ from server.sglang.scheduling.events import (
     one,
 )
 from server.sglang.scheduling.feedback import FinishReporter, streamer_class
+from server.sglang.scheduling.hook_clock import HOOK_CLOCK
 from server.sglang.scheduling.ordering import SwitchboardSchedulePolicy
 from server.sglang.scheduling.state import STATE_ATTR, SchedulerState, scheduler_state, state_of
 from server.sglang.scheduling.views import stamp_arrival
@@ -144,7 +145,15 @@ def scheduler_class(parts: SchedulerParts, feedback_log: str | None = None) -> t
 
         def send_abort_output(self, abort_req: Any, req: Any) -> None:
             super().send_abort_output(abort_req, req)
+            t = time.perf_counter()
             reporter.report(req, aborted=True)
+            HOOK_CLOCK.add("finished", time.perf_counter() - t)
+
+        def get_next_batch_to_run(self, running_batch: Any, last_batch: Any) -> Any:
+            HOOK_CLOCK.boundary()  # NOTE: one boundary per scheduler iteration (SGLang's event loops)
+            plan = super().get_next_batch_to_run(running_batch, last_batch)
+            HOOK_CLOCK.picked(plan.batch_to_run)
+            return plan
 
         def close_session(self, recv_req: Any) -> None:
             super().close_session(recv_req)
@@ -156,6 +165,7 @@ def scheduler_class(parts: SchedulerParts, feedback_log: str | None = None) -> t
             install_seams(self, parts)
 
         def run_batch(self, batch: Any, pp_proxy_tensors: Any = None) -> Any:
+            t = time.perf_counter()
             state = scheduler_state(self)
             mode = batch.forward_mode
             prefill = mode.is_extend() and not mode.is_target_verify()
@@ -165,9 +175,12 @@ def scheduler_class(parts: SchedulerParts, feedback_log: str | None = None) -> t
                 state.prefill_tokens += batch.extend_num_tokens
             for formed in state.on_batch_formed:
                 formed.batch_formed(batch, prefill)
+            HOOK_CLOCK.add("batch_formed", time.perf_counter() - t)
             result = super().run_batch(batch, pp_proxy_tensors)
+            t = time.perf_counter()
             for finished in state.on_batch_finished:
                 finished.batch_finished(batch, prefill)
+            HOOK_CLOCK.add("batch_finished", time.perf_counter() - t)
             return result
 
         def get_prefill_adder_class(self) -> type[PrefillAdder]:
@@ -188,7 +201,9 @@ def scheduler_class(parts: SchedulerParts, feedback_log: str | None = None) -> t
             if rounds is None:
                 super()._fetch_waiting_reqs()
             else:
+                t = time.perf_counter()
                 rounds.fetch()
+                HOOK_CLOCK.add("dllm_rounds", time.perf_counter() - t)
 
         def _process_dllm_batches(self, adder: Any, running_batch: Any) -> Any:
             rounds = scheduler_state(self).rounds
@@ -200,10 +215,20 @@ def scheduler_class(parts: SchedulerParts, feedback_log: str | None = None) -> t
             batch = super().get_new_batch_dllm(running_batch)
             rounds = scheduler_state(self).rounds
             if batch is not None and rounds is not None:
+                t = time.perf_counter()
                 rounds.after_round(batch.reqs)
+                HOOK_CLOCK.add("dllm_rounds", time.perf_counter() - t)
             return batch
 
         def _add_request_to_queue(self, req: Any, is_retracted: bool = False) -> None:
+            t = time.perf_counter()
+            admitted = self._switchboard_arrival(req, is_retracted)
+            HOOK_CLOCK.add("arrival", time.perf_counter() - t)
+            if admitted:
+                super()._add_request_to_queue(req, is_retracted)
+
+        def _switchboard_arrival(self, req: Any, is_retracted: bool) -> bool:
+            """Switchboard's part of queueing ``req``; ``False``: answered and released already."""
             state = scheduler_state(self)
             stamp_arrival(req, state.prefill_tokens)
             for seam in state.on_queued:
@@ -214,9 +239,9 @@ def scheduler_class(parts: SchedulerParts, feedback_log: str | None = None) -> t
                 request.checked = True
                 if not admit_on_arrival(self, req):
                     self._release_aborted_request(req)
-                    return
+                    return False
                 for admitted in state.on_admitted:
                     admitted.on_admitted(req)  # NOTE: before the request is first ranked
-            super()._add_request_to_queue(req, is_retracted)
+            return True
 
     return SwitchboardScheduler
