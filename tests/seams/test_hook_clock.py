@@ -45,6 +45,16 @@ def test_busy_iterations_run_from_a_boundary_that_picked_a_batch_to_the_next():
     assert clock.busy_s == pytest.approx(1.5 + 0.25 + 0.75)
 
 
+def test_turning_idle_pushes_what_grew():
+    clock = HookClock()
+    busy = REGISTRY.get_sample_value("switchboard_scheduler_busy_iterations_total") or 0.0
+    clock.boundary(100.0)
+    clock.picked(object())
+    clock.boundary(100.1)  # NOTE: the first boundary pushed; this one is within the second
+    clock.picked(None)  # idle: the server may sleep now, so the busy iteration is pushed
+    assert REGISTRY.get_sample_value("switchboard_scheduler_busy_iterations_total") - busy == 1
+
+
 def test_a_flush_pushes_what_grew_since_the_last_one():
     def exported(hook: str) -> tuple[float, float]:
         return (REGISTRY.get_sample_value("switchboard_hook_seconds_total", {"hook": hook}) or 0.0,

@@ -6,7 +6,8 @@ the queue order, the per-batch events, finished-request feedback, the
 eviction order's ranks, the dLLM round decisions. The scheduler subclass
 marks iteration boundaries (each call of SGLang's ``get_next_batch_to_run``);
 a busy iteration is the time from one boundary to the next when the first
-produced a batch. The totals go to ``/metrics`` at most once a second:
+produced a batch. The totals go to ``/metrics`` at most once a second, and
+when the scheduler turns idle:
 
 - ``switchboard_hook_seconds_total{hook=...}`` and ``switchboard_hook_calls_total{hook=...}``,
 - ``switchboard_scheduler_busy_seconds_total`` and ``switchboard_scheduler_busy_iterations_total``.
@@ -71,6 +72,16 @@ class HookClock:
     def picked(self, batch: Any) -> None:
         """What the iteration that began at the last boundary picked (``None``: idle)."""
         self._busy = bool(batch)  # NOTE: as SGLang's loops: ``if batch:`` runs it
+        if not self._busy and self.metered and self._grown():
+            # NOTE: the server may now sleep until the next request (--sleep-on-idle):
+            # push the burst's last figures before it does
+            self._last_flush = self._boundary or 0.0
+            self.flush()
+
+    def _grown(self) -> bool:
+        """Whether anything grew since the last push."""
+        return (self.busy_iterations != self._flushed.get("busy_iterations", 0.0)
+                or any(n != self._flushed.get(f"calls:{h}", 0.0) for h, n in self.calls.items()))
 
     def totals(self) -> dict[str, float]:
         """The counters' values as ``/metrics`` will show them, by metric key."""
