@@ -61,7 +61,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.config import compose_bench, resolve_bench
+from bench.frontier import Metric, verdict_lines
 from bench.scripts.common import git_commit
+from bench.scripts.splits import TIE
 from bench.sim.cost import CostModel
 from bench.sim.decisions import (
     DecisionMix,
@@ -152,6 +154,26 @@ def table(profile: Profile, seed: int, rows: dict[str, dict[str, Row]]) -> list[
     return out
 
 
+#: The metric pair of issue 28: questions/s within the p99 objective, and p99 call latency at the
+#: common moderate rate (values within ``TIE`` count as equal).
+FRONTIER_METRICS = (Metric("questions_per_s", "questions/s within objective", higher_is_better=True, tolerance=TIE),
+                    Metric("p99_s", "p99 at the moderate rate", tolerance=TIE))
+
+
+def frontier_point(by_row: dict[str, Row]) -> dict[str, tuple[float, float]]:
+    """Each row of one setting as a point of ``FRONTIER_METRICS``."""
+    return {name: (row.rate.summary.questions_per_s if row.rate.summary is not None else 0.0, row.moderate.p99_s)
+            for name, row in by_row.items()}
+
+
+def frontier_section(points: dict[str, dict[str, tuple[float, float]]]) -> list[str]:
+    """Flide's verdict against the three built-in routes on both metrics, per profile, setting and seed."""
+    return ["\n## Frontier verdict: Flide against SGLang's routes\n",
+            "Per profile, model setting and seed, both metrics at once (`bench/frontier.py`; values within "
+            f"{TIE:.0%} count as equal): " + " and ".join(m.name for m in FRONTIER_METRICS) + ".\n",
+            *verdict_lines(points, "flide", BUILT_INS, FRONTIER_METRICS)]
+
+
 def _seconds(x: float) -> str:
     """Three significant digits, whole seconds from 1000 s on (no exponents)."""
     return f"{x:.3g}" if x < 1000 else f"{x:.0f}"
@@ -168,6 +190,7 @@ def main() -> None:
     out = [f"# Flide: shared-context decisions in the simulator\n\nBuilt by `{command}` at commit {commit}, "
            f"{datetime.now(UTC):%Y-%m-%d}. Method: the script's docstring. Seeds {', '.join(map(str, SEEDS))}; "
            f"{CALLS} calls per replay; nothing tuned.\n"]
+    points: dict[str, dict[str, tuple[float, float]]] = {}
     for profile in PROFILES:
         settings = resolve_bench(compose_bench(list(profile.overrides)))
         cost = CostModel(settings.accelerator, settings.model_profile)
@@ -175,6 +198,9 @@ def main() -> None:
         for seed in SEEDS:
             rows = {setting: setting_rows(profile, cost, budget, holds, seed) for setting, holds in MODELS}
             out += table(profile, seed, rows)
+            points |= {f"{profile.name}, {setting}, seed {seed}": frontier_point(by_row)
+                       for setting, by_row in rows.items()}
+    out += frontier_section(points)
     out.append(f"\nWall time {time.monotonic() - t0:.0f} s.\n")
     text = "\n".join(out)
     print(text)

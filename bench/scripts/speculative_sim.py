@@ -59,7 +59,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.config import compose_bench, resolve_bench
+from bench.frontier import Metric, verdict_lines
 from bench.scripts.common import add_output_args, git_commit
+from bench.scripts.splits import TIE
 from bench.sim import CostModel, SimSettings, build_simulator, records_of
 from bench.sim.binding import Scope, sim_parts
 from bench.sim.overlap import overlap_charged
@@ -224,6 +226,7 @@ def main() -> None:
     out: list[str] = [f"# TableTune in the simulator\n\nBuilt by `python -m bench.scripts.speculative_sim` at "
                       f"commit {commit}, {datetime.now(UTC):%Y-%m-%d}. Method: the script's docstring.\n"]
     checks: list[str] = []
+    points: dict[str, dict[str, dict[str, tuple[float, float]]]] = {}
     splits = [s for s in ("tuning", "evaluation") if args.split in (s, "both")]
     for split in splits:
         shapes = TUNING_SHAPES if split == "tuning" else EVALUATION_SHAPES
@@ -240,13 +243,40 @@ def main() -> None:
                     runs = {name: run(dep, profile, option, phases)
                             for name, option in policies(dep, table, args.tabletune)}
                     out += _shape_table(shape, clients, runs, dep, checks if split == "evaluation" else [], profile)
+                    if split == "evaluation":
+                        points.setdefault(dep.name, {})[f"{profile} / {shape}"] = {
+                            name: (r.total_tps, r.mean_e2e_s) for name, r in runs.items()}
                     print(f"{split}: {dep.name} / {profile} / {shape}: done ({time.monotonic() - t0:.0f} s)",
                           flush=True)
+    out += frontier_section(points)
     out.append("\n## Checks against the issue's targets (evaluation split)\n")
     out += [f"- {c}" for c in checks] or ["- every target met"]
     out.append(f"\nWall time {time.monotonic() - t0:.0f} s.\n")
     args.out.write_text("\n".join(out))
     print(f"wrote {args.out}")
+
+
+#: Throughput over the whole shape and mean E2E (values within ``TIE`` count as equal).
+FRONTIER_METRICS = (Metric("tps", "tokens/s", higher_is_better=True, tolerance=TIE),
+                    Metric("e2e", "mean E2E", tolerance=TIE))
+
+
+def frontier_section(points: dict[str, dict[str, dict[str, tuple[float, float]]]]) -> list[str]:
+    """TableTune's verdict per deployment and evaluation scenario against SGLang's own settings:
+    stock, no speculation, every fixed length (``--speculative-num-steps``) and SGLang's adaptive rule."""
+    if not points:
+        return []
+    lines = ["\n## Frontier verdict (evaluation split): TableTune against SGLang's settings\n",
+             "Both metrics at once (`bench/frontier.py`; values within "
+             f"{TIE:.0%} count as equal): total tokens/s and mean E2E over the shape. SGLang's settings: "
+             f"`{STOCK}`, `no speculation`, every `fixed k` and `sglang_adaptive` (the documented table is "
+             "vLLM's and TensorRT-LLM's way, not SGLang's).\n"]
+    for dep, scenarios in points.items():
+        rows = next(iter(scenarios.values()))
+        builtins = [n for n in rows if n in (STOCK, "no speculation", "sglang_adaptive") or n.startswith("fixed")]
+        for technique in ("tabletune", "tabletune + offline table"):
+            lines += [f"\n**{dep}**, `{technique}`:\n", *verdict_lines(scenarios, technique, builtins, FRONTIER_METRICS)]
+    return lines
 
 
 def _shape_table(shape: str, clients: Sequence[int], runs: dict[str, Run], dep: Deployment, checks: list[str],
