@@ -127,3 +127,52 @@ def verdict_lines(points: Mapping[str, Mapping[str, Sequence[float]]], technique
         lines.append(f"| {scenario} | {v.text()} |")
     said = ", ".join(f"{outcomes[o]} {o}" for o in ("dominates", "equals", "frontier", "dominated") if o in outcomes)
     return [*lines, "", f"Over the {len(points)} scenarios: {said}."]
+
+
+def plot_families(families: Mapping[str, Mapping[str, Mapping[str, Sequence[float]]]], technique: str,
+                  builtins: Sequence[str], metrics: Sequence[Metric], path: Any, title: str = "") -> None:
+    """One panel per scenario family (``families``: family -> instance -> row -> values): every row's
+    first two metrics on each instance, each divided by the best built-in's on that instance and
+    metric, so the best built-in sits at (1, 1) or beyond and a point below and left of it is better
+    on both (for lower-is-better metrics; a higher-is-better metric is inverted, best / row)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    two = metrics[:2]
+    n = len(families)
+    cols = min(n, 4)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.2 * rows), squeeze=False)
+    names = [*builtins, technique]
+    colors = {name: f"C{i % 10}" for i, name in enumerate(builtins)}
+    for ax, (family, instances) in zip(axes.flat, families.items(), strict=False):
+        for name in names:
+            xs, ys = [], []
+            for values in instances.values():
+                scaled = []
+                for i, m in enumerate(two):
+                    best = (max if m.higher_is_better else min)(values[b][i] for b in builtins)
+                    v = values[name][i]
+                    scaled.append(best / v if m.higher_is_better else v / best)
+                xs.append(scaled[0])
+                ys.append(scaled[1])
+            own = name == technique
+            ax.scatter(xs, ys, s=60 if own else 22, marker="*" if own else "s", zorder=3 if own else 2,
+                       color="black" if own else colors[name], label=name)
+        ax.axvline(1.0, color="grey", lw=0.6, ls="--")
+        ax.axhline(1.0, color="grey", lw=0.6, ls="--")
+        ax.set_title(family, fontsize=8)
+        ax.set_xlabel(f"{two[0].name} / best built-in's", fontsize=7)
+        ax.set_ylabel(f"{two[1].name} / best built-in's", fontsize=7)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(names), 7), fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.97))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

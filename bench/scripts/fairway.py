@@ -36,7 +36,7 @@ import numpy as np
 import yaml
 
 from bench.config import compose_bench, resolve_bench
-from bench.frontier import Metric, verdict_lines
+from bench.frontier import Metric, plot_families, verdict_lines
 from bench.report import fmt
 from bench.run import run_bench
 from bench.scripts.common import add_output_args, git_commit
@@ -148,6 +148,7 @@ def main() -> None:
             _say(bar, f"{sc.name}: " + ", ".join(f"{p} {table[sc.name][p]['p50']:.2f}/{table[sc.name][p]['p99']:.1f}"
                                                   for p in POLICIES))
     args.out.write_text(render(table, best, trials, commit, time.perf_counter() - t0))
+    frontier_plot(table, args.out.with_name(FRONTIER_PNG))
     print(f"wrote {args.out}")
     defaults = {k: v for k, v in yaml.safe_load(FAIRWAY_YAML.read_text()).items() if k in GRID}
     if defaults != best:
@@ -155,6 +156,17 @@ def main() -> None:
         if args.check_defaults:
             raise SystemExit(msg)
         print("NOTE: " + msg)
+
+
+FRONTIER_METRICS = (Metric("p50", "TTFT p50", tolerance=TIE), Metric("p99", "TTFT p99", tolerance=TIE))
+FRONTIER_PNG = "fairway_frontier.png"
+
+
+def frontier_plot(table: dict[str, dict[str, Any]], path: Path) -> None:
+    """The frontier plot per scenario family (``bench.frontier.plot_families``)."""
+    points = {fam: {sc.name: {p: (table[sc.name][p]["p50"], table[sc.name][p]["p99"]) for p in (*BEST_OF, "fairway")}
+                    for sc in scs} for fam, scs in families(EVALUATION).items()}
+    plot_families(points, "fairway", BEST_OF, FRONTIER_METRICS, path, "Fairway vs SGLang's orders, evaluation split")
 
 
 def _ratio_cells(rows: list[dict[str, Any]], metric: str, against: str | None) -> str:
@@ -193,9 +205,10 @@ def render(table: dict[str, dict[str, Any]], best: dict[str, Any], trials: list[
               "worse on both and better on one; *on the frontier* when none is, naming the built-ins better "
               f"on each metric; *equals* / *dominates* otherwise. Values within {TIE:.0%} count as equal; "
               "`lof` left out (an oracle here).", ""]
-    metrics = (Metric("p50", "TTFT p50", tolerance=TIE), Metric("p99", "TTFT p99", tolerance=TIE))
     lines += verdict_lines({name: {p: (row[p]["p50"], row[p]["p99"]) for p in (*BEST_OF, "fairway")}
-                            for name, row in table.items()}, "fairway", BEST_OF, metrics)
+                            for name, row in table.items()}, "fairway", BEST_OF, FRONTIER_METRICS)
+    lines += ["", f"Per family, every instance ([{FRONTIER_PNG}]({FRONTIER_PNG})): each row's TTFT p50 and p99 "
+              "over the best built-in's on that instance (below and left of (1, 1): better on both).", ""]
     lines += ["", "## Ablation: what each rule costs or buys, vs `shortest-prefill-first` (evaluation split)", "",
               "Each row changes one thing in the chosen setting; cells: mean over the family's instances of "
               "the variant's TTFT p50 / SPF's, p99 / SPF's.", "",

@@ -35,7 +35,7 @@ import numpy as np
 import yaml
 
 from bench.config import compose_bench, resolve_bench
-from bench.frontier import Metric, verdict_lines
+from bench.frontier import Metric, plot_families, verdict_lines
 from bench.report import fmt
 from bench.run import run_bench
 from bench.scripts.common import add_output_args, git_commit
@@ -99,6 +99,7 @@ def main() -> None:
                                      "evaluation") for label, policy in ROWS}
         print(f"{sc.name}: LEAP vs FCFS {-_gain(table[sc.name]['LEAP'], table[sc.name]['fcfs']):+.1%}", flush=True)
     args.out.write_text(render(table, sweep, chosen, met, std, mean, source, live, commit, time.perf_counter() - t0))
+    frontier_plot(table, args.out.with_name(FRONTIER_PNG))
     print(f"wrote {args.out}")
     default = yaml.safe_load((REPO_ROOT / "conf" / "policy" / "leap.yaml").read_text())["aging_tokens"]
     if float(default) != float(chosen):
@@ -121,6 +122,19 @@ def _per_token(run: dict[str, Any]) -> float:
 def _gain(run: dict[str, Any], base: dict[str, Any]) -> float:
     """How far below ``base``'s mean per-token latency ``run``'s is (0.15 = 15% lower)."""
     return 1 - _per_token(run) / _per_token(base)
+
+
+FRONTIER_METRICS = (Metric("per_token_latency_s.mean", "per-token latency", tolerance=TIE),
+                    Metric("e2e_s.mean", "E2E mean", tolerance=TIE), Metric("ttft_s.p99", "TTFT p99", tolerance=TIE))
+FRONTIER_PNG = "leap_frontier.png"
+
+
+def frontier_plot(table: dict[str, dict[str, Any]], path: Path) -> None:
+    """The frontier plot per scenario family on the paper's pair (``bench.frontier.plot_families``)."""
+    points = {fam: {sc.name: {label: tuple(m.of(table[sc.name][label]["summary"]) for m in FRONTIER_METRICS)
+                              for label in (*BEST_OF, "LEAP")} for sc in scs}
+              for fam, scs in families(EVALUATION).items()}
+    plot_families(points, "LEAP", BEST_OF, FRONTIER_METRICS, path, "LEAP vs SGLang's orders, evaluation split")
 
 
 def render(table: dict[str, dict[str, Run]], sweep: dict[str, SweepRuns], chosen: int, met: bool, std: float,
@@ -171,11 +185,12 @@ def render(table: dict[str, dict[str, Run]], sweep: dict[str, SweepRuns], chosen
               "E2E) and with TTFT p99 added (`bench/frontier.py`): *dominated* when some built-in is no worse "
               "on all and better on one; *on the frontier* when none is, naming the built-ins better on each "
               f"metric. Values within {TIE:.0%} count as equal; `lof` left out (an oracle here).", ""]
-    metrics = (Metric("per_token_latency_s.mean", "per-token latency", tolerance=TIE),
-               Metric("e2e_s.mean", "E2E mean", tolerance=TIE), Metric("ttft_s.p99", "TTFT p99", tolerance=TIE))
-    lines += verdict_lines({name: {label: tuple(m.of(rows[label]["summary"]) for m in metrics)
+    lines += verdict_lines({name: {label: tuple(m.of(rows[label]["summary"]) for m in FRONTIER_METRICS)
                                    for label in (*BEST_OF, "LEAP")} for name, rows in table.items()},
-                           "LEAP", BEST_OF, metrics)
+                           "LEAP", BEST_OF, FRONTIER_METRICS)
+    lines += ["", f"Per family, every instance ([{FRONTIER_PNG}]({FRONTIER_PNG})): each row's mean per-token "
+              "latency and mean E2E over the best built-in's on that instance (below and left of (1, 1): "
+              "better on both)."]
     lines += ["", "## Per scenario (evaluation split)", "", "Mean per-token latency (ms):", "",
               "| scenario | " + " | ".join(label for label, _ in ROWS) + " |", "|---|" + "---|" * len(ROWS)]
     for name, rows in table.items():
