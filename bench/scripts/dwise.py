@@ -46,8 +46,12 @@ configured aging and prior, ``max_wait_rounds`` over ``WAIT_SWEEP``, then
 scenarios) of DWISE's mean E2E / stock's, among settings whose E2E p99 stays
 within ``P99_SLACK`` x stock's in every tuning scenario (if none does, the
 lowest worst-case p99 ratio); means within ``TIE`` of the lowest count as
-equal, and among equals the current value stays (a coordinate moves only for
-a gain), else the sweep's first (the smaller round, the stronger aging).
+equal, and among equals the search's current value stays (a coordinate moves
+only for a gain), else the sweep's first (the smaller round, the stronger
+aging). The search starts at ``START`` (the smallest round, the strongest
+aging, the largest prior: its reasons beside it), written in the script, never
+read from the config; ``--check-defaults`` fails when
+``conf/policy/dwise.yaml`` holds other values than the search chose.
 
 Estimator rank quality: Spearman of DWISE's arrival estimate (its regression
 on the prompt, learning online as in the run, read when the request is first
@@ -79,6 +83,7 @@ from bench.scripts.dwise_setup import (
     PRIOR_SWEEP,
     ROWS,
     SHAPE_SWEEP,
+    START,
     STOCK_SLOTS_SWEEP,
     TIE,
     TUNE_LOADS,
@@ -129,7 +134,7 @@ def tune(progress: Any, bar: Progress | None = None) -> dict[str, Any]:
         progress(f"tuning stock, {n} slots: mean E2E " + ", ".join(f"{e2e(r, 'mean'):.2f}" for r in runs) + " s")
     best = min(STOCK_SLOTS_SWEEP, key=lambda n: float(np.mean([np.log(e2e(r, "mean")) for r in stock_sweep[n]])))
     stock = stock_sweep[best]
-    params: dict[str, float] = dict(CONFIGURED)
+    params: dict[str, float] = dict(START)
     done: dict[tuple[float, ...], list[dict[str, Any]]] = {}
     met: dict[str, bool] = {}
     coords: tuple[tuple[str, tuple[Any, ...]], ...] = (
@@ -170,6 +175,8 @@ def cell_of(w: Workload, rho: float, gpu: bool, chosen: dict[str, Any],
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_output_args(ap, "dwise", "dwise")
+    ap.add_argument("--check-defaults", action="store_true",
+                    help="fail unless conf/policy/dwise.yaml and BEST_STOCK_SLOTS hold what the tuning chose")
     args = ap.parse_args()
     commit, t0 = git_commit(), time.perf_counter()
 
@@ -205,10 +212,15 @@ def main() -> None:
     previous = args.out.read_text() if args.out.exists() else ""
     args.out.write_text(render(table, chosen, commit, wall, previous))
     print(f"wrote {args.out} ({wall / 60:.1f} min)")
+    stale = []
     if {k: float(v) for k, v in params.items()} != CONFIGURED:
-        print(f"NOTE: conf/policy/dwise.yaml holds {CONFIGURED}; the tuning split chose {params}")
+        stale.append(f"conf/policy/dwise.yaml holds {CONFIGURED}; the tuning split chose {params}")
     if chosen["stock_slots"] != BEST_STOCK_SLOTS:
-        print(f"NOTE: BEST_STOCK_SLOTS is {BEST_STOCK_SLOTS}; the tuning split chose {chosen['stock_slots']}")
+        stale.append(f"BEST_STOCK_SLOTS is {BEST_STOCK_SLOTS}; the tuning split chose {chosen['stock_slots']}")
+    if stale and args.check_defaults:
+        raise SystemExit("; ".join(stale))
+    for message in stale:
+        print("NOTE: " + message)
 
 
 if __name__ == "__main__":

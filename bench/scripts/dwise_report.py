@@ -6,6 +6,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+from bench.frontier import Metric, verdict_lines
 from bench.report import fmt
 from bench.schema import CPU_TINY_BASE_S, CPU_TINY_BLOCK_S
 from bench.scripts.dwise_setup import (
@@ -47,6 +48,27 @@ def _table(cells: list[dict[str, Any]]) -> list[str]:
             + f"| {' / '.join(fmt(x['summary']['ttft_s']['p50']) for x in (s, d, o))} s "
             f"| {' / '.join(_blocks(x) for x in (s, q, d, o))} |")
     return lines
+
+
+#: The metric pair of DWISE's issue: mean and p99 E2E (values within ``TIE`` count as equal).
+FRONTIER_METRICS = (Metric("mean", "E2E mean", tolerance=TIE), Metric("p99", "E2E p99", tolerance=TIE))
+#: SGLang's own dLLM scheduling, as the table's two stock rows run it.
+STOCK_ROWS = {"stock": "stock, best", "stock_eq": "stock, equal capacity"}
+
+
+def frontier_lines(main_cells: list[dict[str, Any]], cap_cells: list[dict[str, Any]]) -> list[str]:
+    """DWISE against both stock rows on mean and p99 E2E together, per reported scenario."""
+    def scenario(c: dict[str, Any]) -> str:
+        return f"{c['workload']} {c['rho']:.2f}" + ("" if c["cap"] is None else f", cap {c['cap']}")
+
+    points = {scenario(c): {name: (e2e(c[row], "mean"), e2e(c[row], "p99"))
+                            for row, name in (*STOCK_ROWS.items(), ("dwise", "dwise"))}
+              for c in (*main_cells, *cap_cells)}
+    return ["### Frontier verdict: mean and p99 E2E together", "",
+            f"Per scenario (the rows above and the client-cap rows below; `bench/frontier.py`, values within "
+            f"{TIE:.0%} count as equal), DWISE against SGLang's stock dLLM scheduling at the best slot count and "
+            "at DWISE's round capacity.", "",
+            *verdict_lines(points, "dwise", tuple(STOCK_ROWS.values()), FRONTIER_METRICS)]
 
 
 def keep(previous: str, name: str, placeholder: str) -> str:
@@ -96,6 +118,7 @@ def render(table: list[dict[str, Any]], chosen: dict[str, Any], commit: str, wal
         "As the project's replays send requests (`ignore_eos`, `max_new_tokens` = the trace's length): the host "
         "knows each request's block count, which caps DWISE's estimate (`denoise_rounds_bound`).", "",
         *_table(main_cells), "",
+        *frontier_lines(main_cells, cap_cells), "",
         f"## End-to-end latency, max_new_tokens = {CLIENT_CAP} for every request (simulator only)", "",
         f"A client cap instead (`sim.dllm.max_new_tokens={CLIENT_CAP}`): outputs still end at their trace "
         "length (as at EOS), so the host's bound says nothing per request and DWISE ranks by its regression "

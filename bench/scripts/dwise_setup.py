@@ -173,4 +173,12 @@ def e2e(r: dict[str, Any], key: str) -> float:
 PARAMS = ("slots", "round_blocks", "max_wait_rounds", "prior_rounds")
 #: DWISE's tuned parameters as conf/policy/dwise.yaml holds them.
 CONFIGURED = {k: float(DWISE_YAML[k]) for k in PARAMS}
+#: Where the coordinate search starts (ties keep it). NOTE: written here, never read from the
+#: config (docs/evaluation.md, rule 1), so the config cannot steer its own re-choice through the
+#: tie rule. The smallest round and the strongest aging (each sweep's first); the prior at the
+#: sweep's largest: before anything has finished, every estimate is the prior capped by the host's
+#: bound (max_new_tokens), so a small prior would cap them all alike and leave the bound unused
+#: (tests/sim/test_sim_dllm.py's cold-start order), where a large one lets the bound decide.
+START = {"slots": float(SHAPE_SWEEP[0][0]), "round_blocks": float(SHAPE_SWEEP[0][1]),
+         "max_wait_rounds": float(WAIT_SWEEP[0]), "prior_rounds": float(PRIOR_SWEEP[-1])}
 ROWS = ("stock", "stock_eq", "dwise", "oracle")

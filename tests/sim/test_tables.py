@@ -3,9 +3,9 @@
 compared cell for cell, one shape of ``speculative_sim.md`` (every row), one
 row each of ``histate.md``, ``penelope.md``, ``baselines.md``, ``tiers.md``,
 ``router.md`` and ``basin_surge.md``, one profile and seed of
-``decisions_sim.md`` (every row) and one row of ``advise.md`` (its metric
-cells) from their scripts' own functions (``dwise.md`` is not re-run: its rows
-depend on its own tuning sweep). A change to
+``decisions_sim.md`` (every row), one row of ``advise.md`` (its metric
+cells) and one reported cell of ``dwise.md`` (at the settings its tuning chose, which
+``--check-defaults`` holds equal to the config) from their scripts' own functions. A change to
 the simulator or a policy that moves a number fails here until the table is
 rebuilt (docs/evaluation.md, rule 5)."""
 
@@ -78,6 +78,17 @@ def test_leap_table_row_is_what_its_command_gives(label, policy, tmp_path):
     header, rows = table_rows(text, "Mean per-token latency (ms):")
     s = run(command(text, policy), tmp_path)
     assert rows[SCENARIO][header.index(label)] == f"{s['per_token_latency_s']['mean'] * 1e3:.1f}"
+
+
+def test_dwise_cell_is_what_its_script_gives():
+    """DWISE's first reported cell (every row) at the configured settings and stock's chosen slots."""
+    from bench.scripts import dwise, dwise_report
+    from bench.scripts.dwise_setup import BEST_STOCK_SLOTS, CONFIGURED, LOADS, WORKLOADS
+
+    chosen = {"params": CONFIGURED, "stock_slots": BEST_STOCK_SLOTS}
+    cell = dwise.cell_of(WORKLOADS[0], LOADS[0], False, chosen)
+    line = dwise_report._table([cell])[-1]
+    assert line in (RESULTS / "dwise.md").read_text().splitlines(), line
 
 
 def test_speculative_sim_shape_is_what_its_script_gives(tmp_path):
