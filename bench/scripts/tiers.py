@@ -2,6 +2,7 @@
 
     python -m bench.scripts.tiers            # every row, then the table (~10 min on 2 cores)
     python -m bench.scripts.tiers --jobs 1   # one simulation at a time
+    python -m bench.scripts.tiers --check-defaults  # also fail unless conf/tier/flatcake.yaml holds the choice
 
 Claude Code agent sessions (kv-cache-tester, closed-loop with the recorded
 think times; ``SESSIONS`` sessions) on one H100 with Llama-3.1-8B and a
@@ -19,22 +20,33 @@ Reuse ratio = reusable prefix tokens read back from any level (device, memory,
 SSD) / reusable prefix tokens (those the cache had held once, at admission):
 ``1 - meta.evicted_recomputed_tokens / meta.reusable_tokens``.
 
-Tuning: FlatCake's ``ssd_session_tokens`` was chosen on session-start seed 0
-(its sweep is the tuning section); the verdict reads seeds ``EVAL_SEEDS`` only.
+Tuning: FlatCake's ``ssd_session_tokens`` is chosen on the tuning instance only
+(session-start seed 0 on the tuning half of the sessions, ``trace.claude_code.split``):
+every value of ``SWEEP`` at every load; the rule (``choose_sessions``) takes the lowest
+geometric mean of mean TTFT over the loads, and among values within ``TIE`` of it the
+highest geometric-mean reuse ratio, then the first in sweep order. ``--check-defaults``
+fails when ``conf/tier/flatcake.yaml`` holds another value. The verdict reads seeds
+``EVAL_SEEDS`` on the evaluation half only.
 """
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+import yaml
+
 from bench.config import compose_bench, resolve_bench
+from bench.frontier import Metric, verdict_lines
 from bench.report import fmt
 from bench.run import run_bench
 from bench.scripts.baselines import COMMON
 from bench.scripts.common import git_commit, sweep_main
+from bench.scripts.splits import TIE
+from bench.traces.paths import REPO_ROOT
 
 SESSIONS = 120
 #: Session starts per second: the four loads.
@@ -48,6 +60,7 @@ BUILTINS = ("hierarchical", "ssd_only")
 ROWS = ("none", *BUILTINS, "exclusive", "flatcake")
 #: FlatCake's ``ssd_session_tokens`` values swept on the tuning seed (the default is one of them).
 SWEEP = (32768, 65536, 131072, 262144)
+FLATCAKE_YAML = REPO_ROOT / "conf" / "tier" / "flatcake.yaml"
 REUSE_GAIN = 0.10
 """At the highest load: FlatCake's reuse ratio at least this above the best built-in's."""
 REUSE_LOW = 0.02
@@ -56,9 +69,12 @@ REUSE_LOW = 0.02
 
 def overrides(rate: float, row: str, seed: int = 0) -> list[str]:
     """The ``python -m bench`` overrides of one row (``flatcake@N``: ``ssd_session_tokens=N``)."""
+    # NOTE: the tuning instance (seed 0) replays the tuning half of the sessions, the evaluation
+    # seeds the other half (trace.claude_code.split)
+    split = "tuning" if seed == 0 else "evaluation"
     out = ["trace=claude_code_sessions", f"trace.claude_code.session_rate={rate}",
-           f"trace.claude_code.max_sessions={SESSIONS}", *COMMON, f"sim.max_total_tokens={DEVICE_TOKENS}",
-           *([f"trace.seed={seed}"] if seed else [])]
+           f"trace.claude_code.max_sessions={SESSIONS}", f"trace.claude_code.split={split}", *COMMON,
+           f"sim.max_total_tokens={DEVICE_TOKENS}", *([f"trace.seed={seed}"] if seed else [])]
     if row == "none":
         return out
     option, _, sweep = row.partition("@")
@@ -96,10 +112,42 @@ def describe(key: Key) -> str:
     return f"{rate}/s {row} seed {seed}"
 
 
+def _geomean(values: list[float]) -> float:
+    return math.exp(fmean(math.log(max(v, 1e-12)) for v in values))
+
+
+def sweep_scores(rows: dict[Key, dict[str, Any]]) -> dict[int, tuple[float, float]]:
+    """Per swept ``ssd_session_tokens``: geometric means over the loads of mean TTFT and reuse (tuning seed)."""
+    return {v: (_geomean([rows[(r, 0, f"flatcake@{v}")]["mean"] for r in RATES]),
+                _geomean([rows[(r, 0, f"flatcake@{v}")]["reuse"] for r in RATES])) for v in SWEEP}
+
+
+def choose_sessions(scores: dict[int, tuple[float, float]]) -> int:
+    """The rule: lowest mean TTFT; within ``TIE`` of it, the highest reuse; then sweep order."""
+    best = min(ttft for ttft, _ in scores.values())
+    near = [v for v in SWEEP if scores[v][0] <= best * (1 + TIE)]
+    top = max(scores[v][1] for v in near)
+    # NOTE: ties go to the earlier value in sweep order, so noise cannot move the default
+    return next(v for v in near if scores[v][1] >= top * (1 - TIE))
+
+
+def configured_sessions() -> int:
+    """``ssd_session_tokens`` as ``conf/tier/flatcake.yaml`` holds it."""
+    return int(yaml.safe_load(FLATCAKE_YAML.read_text())["ssd_session_tokens"])
+
+
+def stale_default(rows: dict[Key, dict[str, Any]]) -> str | None:
+    """A message when the config's ``ssd_session_tokens`` is not the sweep's choice."""
+    chosen, held = choose_sessions(sweep_scores(rows)), configured_sessions()
+    print(f"chosen on the tuning instance: ssd_session_tokens={chosen}")
+    return None if chosen == held else (f"conf/tier/flatcake.yaml holds ssd_session_tokens={held}; "
+                                        f"the tuning instance chose {chosen}")
+
+
 def main() -> None:
     sweep_main("tiers", __doc__, jobs, run_one, describe,
                lambda r: f"reuse {r['reuse']:.3f} TTFT mean {r['mean']:.2f} p99 {r['p99']:.2f} ({r['wall_s']:.0f} s)",
-               render)
+               render, stale_default)
 
 
 def render(rows: dict[Key, dict[str, Any]], wall_s: float) -> str:
@@ -134,10 +182,17 @@ def render(rows: dict[Key, dict[str, Any]], wall_s: float) -> str:
                 f"{fmt(fmean([r['mean'] for r in rs]), 1, '')} | {fmt(fmean([r['p99'] for r in rs]), 1, '')} | "
                 f"{fmt(fmean([r['e2e'] for r in rs]), 1, '')} | {fmean([r['memory'] for r in rs]):,.0f} | "
                 f"{fmean([r['ssd'] for r in rs]):,.0f} | {fmean([r['reads'] for r in rs]):,.0f} |")
-    lines += ["", "## Tuning instance (session-start seed 0)", "",
-              "FlatCake's `ssd_session_tokens` was chosen here (the default, "
-              "131072: lowest mean TTFT at the two highest loads, and the highest reuse at the highest); "
-              "reported, not judged.", "",
+    lines += ["", *render_frontier(rows)]
+    scores = sweep_scores(rows)
+    chosen, held = choose_sessions(scores), configured_sessions()
+    lines += ["", "## Tuning instance (session-start seed 0, the tuning half of the sessions)", "",
+              "FlatCake's `ssd_session_tokens` is chosen here by the rule (`choose_sessions`): the lowest "
+              f"geometric mean of mean TTFT over the loads; within {TIE:.0%} of it, the highest geometric-mean "
+              "reuse ratio; then the first in sweep order. Reported, not judged.", "",
+              "| ssd_session_tokens | geometric-mean TTFT mean | geometric-mean reuse |", "|---|---|---|",
+              *(f"| {v:,} | {scores[v][0]:.3f} | {scores[v][1]:.1%} |" for v in SWEEP), "",
+              f"Chosen: **{chosen:,}**; `conf/tier/flatcake.yaml` "
+              + ("holds it." if chosen == held else f"holds {held:,}: STALE, change it by hand."), "",
               "| load | row | reuse ratio | TTFT mean | TTFT p99 | E2E mean | SSD reads |", "|---|---|---|---|---|---|---|"]
     for rate in RATES:
         for row in [*ROWS, *(f"flatcake@{v}" for v in SWEEP)]:
@@ -147,6 +202,24 @@ def render(rows: dict[Key, dict[str, Any]], wall_s: float) -> str:
     lines += [f"# evaluation rows: the rows without `@`, with trace.seed={','.join(map(str, EVAL_SEEDS))} added",
               "```", ""]
     return "\n".join(lines)
+
+
+#: Issue 29's metric pair: the reuse ratio and mean TTFT (values within ``TIE`` count as equal).
+FRONTIER_METRICS = (Metric("reuse", "reuse ratio", higher_is_better=True, tolerance=TIE),
+                    Metric("mean", "TTFT mean", tolerance=TIE))
+
+
+def render_frontier(rows: dict[Key, dict[str, Any]]) -> list[str]:
+    """FlatCake and exclusive against SGLang's two modes on reuse and mean TTFT together."""
+    lines = ["## Frontier verdict: reuse ratio and mean TTFT together", "",
+             "Per evaluation seed and load (`bench/frontier.py`; values within "
+             f"{TIE:.0%} count as equal), against SGLang's modes " + ", ".join(f"`{b}`" for b in BUILTINS) + "."]
+    for row in ("flatcake", "exclusive"):
+        points = {f"seed {s}, {rate}/s": {name: (rows[(rate, s, name)]["reuse"], rows[(rate, s, name)]["mean"])
+                                          for name in (*BUILTINS, row)}
+                  for s in EVAL_SEEDS for rate in RATES}
+        lines += ["", f"`{row}`:", "", *verdict_lines(points, row, BUILTINS, FRONTIER_METRICS)]
+    return lines
 
 
 def tuning_line(rate: float, row: str, r: dict[str, Any]) -> str:

@@ -47,14 +47,15 @@ class FlatCakePolicy:
 
     needs: ClassVar[TierNeeds] = TierNeeds(ssd=True, segments=True, sessions=True)
 
-    def __init__(self, ssd_session_tokens: int = 131072, idle_timeout_s: float = 600.0, quantile: float = 0.8,
+    def __init__(self, ssd_session_tokens: int = 262144, idle_timeout_s: float = 600.0, quantile: float = 0.8,
                  history: int = 512, min_history: int = 8, prior_growth: float = 4.0,
                  max_sessions: int = 65536) -> None:
         """
         Args:
             ssd_session_tokens: a session predicted to reach this context lives on SSD
-                (131072: the best of 32768..262144 on the tuning seed of
-                ``bench/results/tiers.md``, session-start seed 0, never on its evaluation seeds).
+                (262144: chosen from 32768..262144 by ``bench.scripts.tiers``' rule on its tuning
+                instance, session-start seed 0 on the tuning half of the sessions, never on its
+                evaluation seeds; the sweep's edge).
             idle_timeout_s: a session with no request for this long has ended.
             quantile, history, min_history, prior_growth: the session-lifetime
                 predictor's (``policies/admission/lifetime.py``).

@@ -62,7 +62,7 @@ GOLDEN: dict[str, str] = {
     "default": "862e1b9a0143a9b9",
     "dwise": "1b54ea31d1d60b85",
     "fairway": "7b114d5c4d188520",
-    "flatcake": "6a25e02e91abab5f",
+    "flatcake": "9c2b6e73f76b2347",
     "histate": "ce670891deeef690",
     "leap": "fd61ee78586891a6",
     "penelope": "9a3ecca075cdb1cd",
