@@ -101,6 +101,7 @@ TABLES: tuple[Table, ...] = (
     Table("speculative_live", ("bench.scripts.speculative_live",), ("speculative.md",), live=True),
     Table("plugin_overhead", ("bench.scripts.plugin_overhead", "--rounds", "3"), ("plugin_overhead.md",), live=True),
     Table("hook_overhead", ("bench.scripts.hook_overhead",), ("hook_overhead.md",), live=True),
+    Table("plugin_ratio", ("bench.scripts.plugin_ratio",), ("plugin_ratio.md",), live=True),
     Table("leap_live", ("bench.scripts.leap_live", "--requests", "120", "--rate", "0.35", "--max-running", "8"),
           ("leap_live.md",), live=True),
 )
