@@ -76,7 +76,7 @@ TABLES: tuple[Table, ...] = (
     Table("leap", ("bench.scripts.leap_sim",), ("leap.md", "leap_frontier.png")),
     Table("penelope", ("bench.scripts.penelope", "--check-defaults"), ("penelope.md",)),
     Table("tiers", ("bench.scripts.tiers", "--check-defaults"), ("tiers.md",)),
-    Table("histate", ("bench.scripts.histate",), ("histate.md",)),
+    Table("histate", ("bench.scripts.histate", "--check-defaults"), ("histate.md",)),
     Table("basin_surge", ("bench.scripts.basin_surge",), ("basin_surge.md", "basin_surge.png")),
     Table("router", ("bench.scripts.router",), ("router.md",)),
     Table("dwise", ("bench.scripts.dwise", "--check-defaults"), ("dwise.md",)),
