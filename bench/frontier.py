@@ -86,15 +86,16 @@ class Verdict:
     better_on: tuple[tuple[str, tuple[str, ...]], ...]
     """``frontier``: per metric, the built-ins better than the technique on it."""
 
-    def text(self) -> str:
+    def text(self, noun: str = "built-in") -> str:
+        """The verdict in words; ``noun`` names what the technique was judged against."""
         if self.outcome == "dominates":
-            return "dominates every built-in"
+            return f"dominates every {noun}"
         if self.outcome == "dominated":
             return "dominated by " + ", ".join(f"`{b}`" for b in self.by)
         if self.outcome == "equals":
             return "equals " + ", ".join(f"`{b}`" for b in self.by) + " on every metric, dominates the rest"
         sides = [f"{metric}: " + ", ".join(f"`{b}`" for b in names) for metric, names in self.better_on if names]
-        return "on the frontier (built-ins better on " + "; ".join(sides) + ")"
+        return f"on the frontier ({noun}s better on " + "; ".join(sides) + ")"
 
 
 def verdict(technique: Sequence[float], builtins: Mapping[str, Sequence[float]],
@@ -116,15 +117,15 @@ def verdict(technique: Sequence[float], builtins: Mapping[str, Sequence[float]],
 
 
 def verdict_lines(points: Mapping[str, Mapping[str, Sequence[float]]], technique: str, builtins: Sequence[str],
-                  metrics: Sequence[Metric]) -> list[str]:
+                  metrics: Sequence[Metric], noun: str = "built-in") -> list[str]:
     """A markdown table of ``technique``'s verdict per scenario (``points``: scenario -> row -> values),
-    then how many scenarios end each way."""
+    then how many scenarios end each way; ``noun`` names the rows judged against (``builtins``)."""
     lines = ["| scenario | verdict |", "|---|---|"]
     outcomes: dict[str, int] = {}
     for scenario, rows in points.items():
         v = verdict(rows[technique], {b: rows[b] for b in builtins}, metrics)
         outcomes[v.outcome] = outcomes.get(v.outcome, 0) + 1
-        lines.append(f"| {scenario} | {v.text()} |")
+        lines.append(f"| {scenario} | {v.text(noun)} |")
     said = ", ".join(f"{outcomes[o]} {o}" for o in ("dominates", "equals", "frontier", "dominated") if o in outcomes)
     return [*lines, "", f"Over the {len(points)} scenarios: {said}."]
 

@@ -188,7 +188,7 @@ def render_frontier(rows: dict[Key, dict[str, Any]], marconi: str, histate: str)
             f"Per evaluation seed and budget (`bench/frontier.py`; values within {TIE:.0%} count as equal), "
             f"`{histate}` against SGLang's per-component LRU in its three forms and `{marconi}` (prior art, "
             "tuned on seed 0 as HiState is).", "",
-            *verdict_lines(points, histate, rivals, FRONTIER_METRICS)]
+            *verdict_lines(points, histate, rivals, FRONTIER_METRICS, "rival")]
 
 
 def _verdict(rows: dict[Key, dict[str, Any]], marconi: str, histate: str) -> list[str]:

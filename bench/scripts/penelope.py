@@ -218,12 +218,12 @@ def render(rows: dict[Key, dict[str, Any]], wall_s: float) -> str:
               "scheduler), then against the same orders under Penelope's flag (the controls).", ""]
     metrics = (Metric("mean", "TTFT mean", tolerance=TIE), Metric("hit", "hit rate", higher_is_better=True,
                                                                      tolerance=TIE))
-    for among, what in ((BUILTINS, "the built-ins"), (CONTROL_ROWS, "the controls")):
+    for among, what, noun in ((BUILTINS, "the built-ins", "built-in"), (CONTROL_ROWS, "the controls", "control")):
         lines += [f"`{PENELOPE}` against {what}:", ""]
         lines += verdict_lines({f"seed {s}, {c:,} tokens": {r: (rows[(c, False, s, r)]["mean"],
                                                                rows[(c, False, s, r)]["hit"])
                                                            for r in (*among, PENELOPE)}
-                                for s in EVAL_SEEDS for c in CAPACITIES}, PENELOPE, among, metrics)
+                                for s in EVAL_SEEDS for c in CAPACITIES}, PENELOPE, among, metrics, noun)
         lines.append("")
     lines += ["", *render_sweep(rows)]
     lines += ["", "## Tuning instance (session-start seed 0)", "",

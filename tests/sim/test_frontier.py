@@ -34,6 +34,9 @@ def test_verdicts_name_the_builtins_on_either_side():
     dominated = verdict((2.6, 9.5), builtins, (P50, P99))
     assert (dominated.outcome, dominated.by) == ("dominated", ("dfs-weight",))
     assert verdict((1.0, 8.0), builtins, (P50, P99)).text() == "dominates every built-in"
+    # NOTE: judged against rows that are not SGLang's built-ins (controls, prior art), the text says so
+    assert verdict((1.0, 8.0), builtins, (P50, P99)).text("control") == "dominates every control"
+    assert v.text("rival").startswith("on the frontier (rivals better on ")
 
 
 def test_a_technique_equal_to_a_builtin_ties_rather_than_dominates():
