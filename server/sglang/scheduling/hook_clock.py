@@ -16,9 +16,11 @@ Hooks' share of the scheduler's time = the sum of hook seconds / busy
 seconds (under a saturating load idle iterations are rare; hook time spent
 while idle, an arrival into an empty server, is counted too, so the share
 errs high). What is not separated: a prefill adder a kind wraps around
-SGLang's (its own checks run inside SGLang's adder calls) and SGLang's batch
-building inside the dLLM round host; their decisions are timed where they
-call the policy.
+SGLang's (its own checks run inside SGLang's adder calls), SGLang's batch
+building inside the dLLM round host, and a cache that replaces SGLang's
+radix tree whole (the gap cache, HiState's): its ranks run inside a tree
+that also does SGLang's tree work. Only ``eviction`` ranks through SGLang's
+own strategy registry are timed.
 
 NOTE: one scheduler per process, so one clock per process (module level).
 """
