@@ -42,7 +42,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
 }
 #: An option's own needs (by ``group/option``).
 OPTION_NEEDS: dict[str, tuple[str, ...]] = {
-    "cache/histate": ("sim.hybrid.enabled=true",),
+    "cache/histate": ("sim.hybrid.enabled=true", "cache.snapshot_gb=50"),
 }
 #: Options that are not rows, and why (module docs).
 SKIPPED = {
