@@ -94,6 +94,7 @@ TABLES: tuple[Table, ...] = (
     Table("dwise_live", ("bench.scripts.dwise_live",), ("dwise.md",), live=True),
     Table("order_overhead", ("bench.scripts.order_overhead",), ("order_overhead.md",)),
     Table("cache_overhead", ("bench.scripts.cache_overhead",), ("cache_overhead.md",)),
+    Table("replay_speed", ("bench.scripts.replay_speed",), ("replay_speed.md",)),
     Table("validation", ("bench.scripts.validate_sim",), ("validation.md",), live=True),
     Table("adapters", ("bench.scripts.adapters",), ("adapters.md",), live=True),
     Table("speculative_table", ("bench.scripts.speculative_live", "--calibrate"), ("speculative_table.json",),
