@@ -38,7 +38,7 @@ from bench.config import compose_bench, resolve_bench
 from bench.frontier import Metric, verdict_lines
 from bench.run import run_bench
 from bench.scripts.common import add_output_args, git_commit
-from bench.scripts.splits import TIE
+from bench.scripts.splits import TIE, session_split
 
 WINDOW_S = 300.0
 RECOVERY = 0.95
@@ -82,10 +82,6 @@ class Scenario:
         return out + ([f"+admission={admission}"] if admission else [])
 
 
-#: The Claude Code sessions each instance draws from (``trace.claude_code.split``): the tuning
-#: instance from the tuning half, the evaluation seeds from the other half (docs/evaluation.md).
-TUNING_SPLIT, EVALUATION_SPLIT = "tuning", "evaluation"
-
 #: NOTE: the surge windows were placed where the steady trace starts sessions
 #: (the seeded Claude Code starts have none in 1,800-2,700 s, so a surge there
 #: would copy nothing); loads were set from runs without admission: 0.005
@@ -94,7 +90,7 @@ SCENARIOS = (
     Scenario(
         "claude_code_sessions",
         ("trace=claude_code_sessions", "trace.claude_code.session_rate=0.005",
-         "trace.window_end_s=7500", "metrics.ttft_slo_s=5", f"trace.claude_code.split={TUNING_SPLIT}"),
+         "trace.window_end_s=7500", "metrics.ttft_slo_s=5", f"trace.claude_code.split={session_split(0)}"),
         pre_s=3300, surge_s=600, factor=8, warmup_s=600,
         why="Claude Code agent sessions (kv-cache-tester), new sessions at 0.005/s (a healthy "
             "load: ~90% prefix hit rate without admission), 8x during the surge; sessions "
@@ -126,8 +122,9 @@ def evaluation_instances() -> tuple[Scenario, ...]:
     the surge at three positions (each copies other conversations)."""
     claude, mooncake = SCENARIOS
     # NOTE: the evaluation seeds replay the evaluation half: sessions Basin was never checked on
-    evaluation = tuple(o.replace(f"split={TUNING_SPLIT}", f"split={EVALUATION_SPLIT}") for o in claude.overrides)
-    out = [replace(claude, overrides=(*evaluation, f"trace.seed={seed}"), instance=f"seed {seed}")
+    tuning = f"trace.claude_code.split={session_split(0)}"
+    out = [replace(claude, overrides=(*(f"trace.claude_code.split={session_split(seed)}" if o == tuning else o
+                                        for o in claude.overrides), f"trace.seed={seed}"), instance=f"seed {seed}")
            for seed in EVAL_SEEDS]
     second_half = tuple(o for o in mooncake.overrides if not o.startswith("trace.window_end_s=")) \
         + ("trace.window_start_s=1875", "trace.window_end_s=3600")

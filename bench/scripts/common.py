@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import subprocess
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+import yaml
 
 from bench.traces.paths import REPO_ROOT
 from compose.progress import track
@@ -70,6 +73,27 @@ def sweep_main(name: str, doc: str, keys: Callable[[], list[K]], run: Callable[[
         if args.check_defaults:
             raise SystemExit(message)
         print("NOTE: " + message)
+
+
+def option_default(group: str, option: str, key: str) -> Any:
+    """``key`` as ``conf/<group>/<option>.yaml`` holds it (the option's default)."""
+    return yaml.safe_load((REPO_ROOT / "conf" / group / f"{option}.yaml").read_text())[key]
+
+
+def default_check(group: str, option: str, key: str, chosen: float) -> str | None:
+    """Print what the tuning instance chose for ``key``; a message (``sweep_main``'s ``stale``)
+    when ``conf/<group>/<option>.yaml`` holds another value."""
+    print(f"chosen on the tuning instance: {key}={chosen:g}")
+    held = option_default(group, option, key)
+    if chosen == held:
+        return None
+    return f"conf/{group}/{option}.yaml holds {key}={held:g}; the tuning instance chose {chosen:g}"
+
+
+def geomean(values: Iterable[float]) -> float:
+    """The geometric mean of positive ``values``."""
+    logs = [math.log(v) for v in values]
+    return math.exp(sum(logs) / len(logs))
 
 
 #: The code and configs that make a table; not the committed tables themselves

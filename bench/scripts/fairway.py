@@ -162,11 +162,16 @@ FRONTIER_METRICS = (Metric("p50", "TTFT p50", tolerance=TIE), Metric("p99", "TTF
 FRONTIER_PNG = "fairway_frontier.png"
 
 
+def frontier_points(table: dict[str, dict[str, Any]]) -> dict[str, dict[str, tuple[float, float]]]:
+    """Per scenario, Fairway's and every built-in's (TTFT p50, p99): ``FRONTIER_METRICS``."""
+    return {name: {p: (row[p]["p50"], row[p]["p99"]) for p in (*BEST_OF, "fairway")} for name, row in table.items()}
+
+
 def frontier_plot(table: dict[str, dict[str, Any]], path: Path) -> None:
     """The frontier plot per scenario family (``bench.frontier.plot_families``)."""
-    points = {fam: {sc.name: {p: (table[sc.name][p]["p50"], table[sc.name][p]["p99"]) for p in (*BEST_OF, "fairway")}
-                    for sc in scs} for fam, scs in families(EVALUATION).items()}
-    plot_families(points, "fairway", BEST_OF, FRONTIER_METRICS, path, "Fairway vs SGLang's orders, evaluation split")
+    points = frontier_points(table)
+    plot_families({fam: {sc.name: points[sc.name] for sc in scs} for fam, scs in families(EVALUATION).items()},
+                  "fairway", BEST_OF, FRONTIER_METRICS, path, "Fairway vs SGLang's orders, evaluation split")
 
 
 def _ratio_cells(rows: list[dict[str, Any]], metric: str, against: str | None) -> str:
@@ -205,8 +210,7 @@ def render(table: dict[str, dict[str, Any]], best: dict[str, Any], trials: list[
               "worse on both and better on one; *on the frontier* when none is, naming the built-ins better "
               f"on each metric; *equals* / *dominates* otherwise. Values within {TIE:.0%} count as equal; "
               "`lof` left out (an oracle here).", ""]
-    lines += verdict_lines({name: {p: (row[p]["p50"], row[p]["p99"]) for p in (*BEST_OF, "fairway")}
-                            for name, row in table.items()}, "fairway", BEST_OF, FRONTIER_METRICS)
+    lines += verdict_lines(frontier_points(table), "fairway", BEST_OF, FRONTIER_METRICS)
     lines += ["", f"Per family, every instance ([{FRONTIER_PNG}]({FRONTIER_PNG})): each row's TTFT p50 and p99 "
               "over the best built-in's on that instance (below and left of (1, 1): better on both).", ""]
     lines += ["", "## Ablation: what each rule costs or buys, vs `shortest-prefill-first` (evaluation split)", "",

@@ -28,16 +28,13 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-import yaml
-
 from bench.config import compose_bench, resolve_bench
 from bench.frontier import Metric, verdict_lines
 from bench.report import fmt
 from bench.run import run_bench
 from bench.scripts.baselines import COMMON
-from bench.scripts.common import git_commit, sweep_main
-from bench.scripts.splits import TIE
-from bench.traces.paths import REPO_ROOT
+from bench.scripts.common import default_check, git_commit, sweep_main
+from bench.scripts.splits import TIE, session_split
 
 SESSION_RATE = 0.005
 SESSIONS = 120
@@ -52,7 +49,6 @@ BASELINES = ("lru", "lru cap", "lru host")
 MARCONI = tuple(f"marconi a={a:g}" for a in ALPHAS)
 HISTATE = tuple(f"histate t={t:g}" for t in TAUS)
 ROWS = (*BASELINES, *MARCONI, *HISTATE)
-HISTATE_YAML = REPO_ROOT / "conf" / "cache" / "histate.yaml"
 TARGET = 1.5
 """HiState's p99 TTFT at least this many times lower than the best of lru and Marconi, at the
 budget where that best is worst."""
@@ -75,11 +71,8 @@ def row_overrides(label: str, states: int) -> list[str]:
 
 def overrides(budget: tuple[int, int], label: str, seed: int) -> list[str]:
     tokens, states = budget
-    # NOTE: the tuning instance (seed 0) replays the tuning half of the sessions, the evaluation
-    # seeds the other half (trace.claude_code.split)
-    split = "tuning" if seed == 0 else "evaluation"
     return ["trace=claude_code_sessions", f"trace.claude_code.session_rate={SESSION_RATE}",
-            f"trace.claude_code.max_sessions={SESSIONS}", f"trace.claude_code.split={split}", *COMMON, f"sim.max_total_tokens={tokens}",
+            f"trace.claude_code.max_sessions={SESSIONS}", f"trace.claude_code.split={session_split(seed)}", *COMMON, f"sim.max_total_tokens={tokens}",
             "sim.hybrid.enabled=true", f"sim.hybrid.device_states={states}", *row_overrides(label, states),
             *([f"trace.seed={seed}"] if seed else [])]
 
@@ -115,17 +108,9 @@ def tuned(rows: dict[Key, dict[str, Any]], family: tuple[str, ...]) -> str:
     return min(family, key=lambda lb: fmean(math.log(rows[(b, 0, lb)]["p99"]) for b in range(len(BUDGETS))))
 
 
-def configured_tau() -> float:
-    """``tau_s`` as ``conf/cache/histate.yaml`` holds it."""
-    return float(yaml.safe_load(HISTATE_YAML.read_text())["tau_s"])
-
-
 def stale_default(rows: dict[Key, dict[str, Any]]) -> str | None:
     """A message when the config's ``tau_s`` is not the one the tuning instance chose."""
-    chosen = float(tuned(rows, HISTATE).split("=")[1])
-    print(f"chosen on the tuning instance: tau_s={chosen:g}")
-    held = configured_tau()
-    return None if chosen == held else f"conf/cache/histate.yaml holds tau_s={held:g}; the tuning instance chose {chosen:g}"
+    return default_check("cache", "histate", "tau_s", float(tuned(rows, HISTATE).split("=")[1]))
 
 
 def main() -> None:

@@ -129,12 +129,17 @@ FRONTIER_METRICS = (Metric("per_token_latency_s.mean", "per-token latency", tole
 FRONTIER_PNG = "leap_frontier.png"
 
 
+def frontier_points(table: dict[str, dict[str, Any]]) -> dict[str, dict[str, tuple[float, ...]]]:
+    """Per scenario, LEAP's and every built-in's ``FRONTIER_METRICS``."""
+    return {name: {label: tuple(m.of(rows[label]["summary"]) for m in FRONTIER_METRICS)
+                   for label in (*BEST_OF, "LEAP")} for name, rows in table.items()}
+
+
 def frontier_plot(table: dict[str, dict[str, Any]], path: Path) -> None:
     """The frontier plot per scenario family on the paper's pair (``bench.frontier.plot_families``)."""
-    points = {fam: {sc.name: {label: tuple(m.of(table[sc.name][label]["summary"]) for m in FRONTIER_METRICS)
-                              for label in (*BEST_OF, "LEAP")} for sc in scs}
-              for fam, scs in families(EVALUATION).items()}
-    plot_families(points, "LEAP", BEST_OF, FRONTIER_METRICS, path, "LEAP vs SGLang's orders, evaluation split")
+    points = frontier_points(table)
+    plot_families({fam: {sc.name: points[sc.name] for sc in scs} for fam, scs in families(EVALUATION).items()},
+                  "LEAP", BEST_OF, FRONTIER_METRICS, path, "LEAP vs SGLang's orders, evaluation split")
 
 
 def render(table: dict[str, dict[str, Run]], sweep: dict[str, SweepRuns], chosen: int, met: bool, std: float,
@@ -185,9 +190,7 @@ def render(table: dict[str, dict[str, Run]], sweep: dict[str, SweepRuns], chosen
               "E2E) and with TTFT p99 added (`bench/frontier.py`): *dominated* when some built-in is no worse "
               "on all and better on one; *on the frontier* when none is, naming the built-ins better on each "
               f"metric. Values within {TIE:.0%} count as equal; `lof` left out (an oracle here).", ""]
-    lines += verdict_lines({name: {label: tuple(m.of(rows[label]["summary"]) for m in FRONTIER_METRICS)
-                                   for label in (*BEST_OF, "LEAP")} for name, rows in table.items()},
-                           "LEAP", BEST_OF, FRONTIER_METRICS)
+    lines += verdict_lines(frontier_points(table), "LEAP", BEST_OF, FRONTIER_METRICS)
     lines += ["", f"Per family, every instance ([{FRONTIER_PNG}]({FRONTIER_PNG})): each row's mean per-token "
               "latency and mean E2E over the best built-in's on that instance (below and left of (1, 1): "
               "better on both)."]

@@ -27,21 +27,17 @@ path (``meta.gap_recomputed_tokens``).
 
 from __future__ import annotations
 
-import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from bench.config import compose_bench, resolve_bench
 from bench.frontier import Metric, verdict_lines
 from bench.report import fmt
 from bench.run import run_bench
 from bench.scripts.baselines import COMMON
-from bench.scripts.common import git_commit, sweep_main
-from bench.scripts.splits import TIE
-from bench.traces.paths import REPO_ROOT
+from bench.scripts.common import default_check, geomean, git_commit, option_default, sweep_main
+from bench.scripts.splits import TIE, session_split
 
 SESSION_RATE = 0.005
 SESSIONS = 120
@@ -51,7 +47,6 @@ EVAL_SEEDS = (1, 2, 3, 4)
 HOST_TIER_TOKENS = 2_000_000
 #: ``cache.position_weight_s`` values tried on the tuning instance, in the rule's order of preference.
 WEIGHT_SWEEP = (0.0, 0.0005, 0.001, 0.002, 0.004)
-PENELOPE_YAML = REPO_ROOT / "conf" / "cache" / "penelope.yaml"
 #: SGLang's built-in eviction orders (``--radix-eviction-policy``; ``tlru`` is
 #: left out: with its default thresholds it is ``lru``, and its thresholds need
 #: a TTFT budget this table does not set).
@@ -88,11 +83,8 @@ TARGET = 0.40
 
 
 def overrides(capacity: int, policy: tuple[str, ...], host: bool, seed: int = 0) -> list[str]:
-    # NOTE: the tuning instance (seed 0) replays the tuning half of the sessions, the evaluation
-    # seeds the other half: sessions no default was looked at on (trace.claude_code.split)
-    split = "tuning" if seed == 0 else "evaluation"
     out = ["trace=claude_code_sessions", f"trace.claude_code.session_rate={SESSION_RATE}",
-           f"trace.claude_code.max_sessions={SESSIONS}", f"trace.claude_code.split={split}", *COMMON,
+           f"trace.claude_code.max_sessions={SESSIONS}", f"trace.claude_code.split={session_split(seed)}", *COMMON,
            f"sim.max_total_tokens={capacity}", *policy, *([f"trace.seed={seed}"] if seed else [])]
     if not host:
         return out
@@ -123,7 +115,7 @@ Key = tuple[int, bool, int, str]
 
 def configured_weight() -> float:
     """``position_weight_s`` as ``conf/cache/penelope.yaml`` holds it."""
-    return float(yaml.safe_load(PENELOPE_YAML.read_text())["position_weight_s"])
+    return float(option_default("cache", "penelope", "position_weight_s"))
 
 
 def eval_rows() -> tuple[str, ...]:
@@ -145,8 +137,7 @@ def weight_scores(rows: dict[Key, dict[str, Any]]) -> dict[float, float]:
     """Per swept weight: the geometric mean of mean TTFT over the tuning instance's cells
     (every pool, without and with the host tier)."""
     cells = [(c, host) for host in (False, True) for c in CAPACITIES]
-    return {w: math.exp(sum(math.log(rows[(c, host, 0, weight_label(w))]["mean"]) for c, host in cells)
-                        / len(cells)) for w in WEIGHT_SWEEP}
+    return {w: geomean(rows[(c, host, 0, weight_label(w))]["mean"] for c, host in cells) for w in WEIGHT_SWEEP}
 
 
 def choose_weight(scores: dict[float, float]) -> float:
@@ -158,11 +149,7 @@ def choose_weight(scores: dict[float, float]) -> float:
 
 def stale_default(rows: dict[Key, dict[str, Any]]) -> str | None:
     """A message when the config's ``position_weight_s`` is not the sweep's choice."""
-    chosen, held = choose_weight(weight_scores(rows)), configured_weight()
-    print(f"chosen on the tuning instance: position_weight_s={chosen:g}")
-    if chosen == held:
-        return None
-    return f"conf/cache/penelope.yaml holds position_weight_s={held:g}; the tuning instance chose {chosen:g}"
+    return default_check("cache", "penelope", "position_weight_s", choose_weight(weight_scores(rows)))
 
 
 def describe(key: Key) -> str:

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bench.schema import SessionSplit
+
 COMMON = ("accelerator=h100", "model_profile=llama-3.1-8b")
 #: SGLang's built-in queue orders: every scheduling table's baselines.
 BUILTINS = ("fcfs", "lpm", "dfs-weight", "hrrn", "lof", "shortest-prefill-first")
@@ -39,6 +41,14 @@ BEST_OF = tuple(b for b in BUILTINS if b != "lof")
 #: differences are real but no reason to pick one option over another.
 TIE = 0.01
 MOONCAKE = ("trace=mooncake_conversation", "trace.time_scale=3.0")
+
+
+def session_split(seed: int) -> str:
+    """``trace.claude_code.split`` of a session table's instance: the tuning instance (session-start
+    seed 0) replays the tuning half of the sessions, every evaluation seed the other half."""
+    # NOTE: sessions no default was looked at on (docs/evaluation.md, session workloads)
+    return str((SessionSplit.tuning if seed == 0 else SessionSplit.evaluation).value)
+
 AZURE = ("trace=azure_conversation", "trace.time_scale=0.4")
 #: Evaluation windows of the second half hour (trace seconds).
 WINDOWS = ((1800, 2400), (2400, 3000), (3000, 3600))

@@ -31,22 +31,18 @@ fails when ``conf/tier/flatcake.yaml`` holds another value. The verdict reads se
 
 from __future__ import annotations
 
-import math
 from datetime import UTC, datetime
 from pathlib import Path
 from statistics import fmean
 from typing import Any
-
-import yaml
 
 from bench.config import compose_bench, resolve_bench
 from bench.frontier import Metric, verdict_lines
 from bench.report import fmt
 from bench.run import run_bench
 from bench.scripts.baselines import COMMON
-from bench.scripts.common import git_commit, sweep_main
-from bench.scripts.splits import TIE
-from bench.traces.paths import REPO_ROOT
+from bench.scripts.common import default_check, geomean, git_commit, option_default, sweep_main
+from bench.scripts.splits import TIE, session_split
 
 SESSIONS = 120
 #: Session starts per second: the four loads.
@@ -60,7 +56,6 @@ BUILTINS = ("hierarchical", "ssd_only")
 ROWS = ("none", *BUILTINS, "exclusive", "flatcake")
 #: FlatCake's ``ssd_session_tokens`` values swept on the tuning seed (the default is one of them).
 SWEEP = (32768, 65536, 131072, 262144)
-FLATCAKE_YAML = REPO_ROOT / "conf" / "tier" / "flatcake.yaml"
 REUSE_GAIN = 0.10
 """At the highest load: FlatCake's reuse ratio at least this above the best built-in's."""
 REUSE_LOW = 0.02
@@ -69,11 +64,8 @@ REUSE_LOW = 0.02
 
 def overrides(rate: float, row: str, seed: int = 0) -> list[str]:
     """The ``python -m bench`` overrides of one row (``flatcake@N``: ``ssd_session_tokens=N``)."""
-    # NOTE: the tuning instance (seed 0) replays the tuning half of the sessions, the evaluation
-    # seeds the other half (trace.claude_code.split)
-    split = "tuning" if seed == 0 else "evaluation"
     out = ["trace=claude_code_sessions", f"trace.claude_code.session_rate={rate}",
-           f"trace.claude_code.max_sessions={SESSIONS}", f"trace.claude_code.split={split}", *COMMON,
+           f"trace.claude_code.max_sessions={SESSIONS}", f"trace.claude_code.split={session_split(seed)}", *COMMON,
            f"sim.max_total_tokens={DEVICE_TOKENS}", *([f"trace.seed={seed}"] if seed else [])]
     if row == "none":
         return out
@@ -112,14 +104,11 @@ def describe(key: Key) -> str:
     return f"{rate}/s {row} seed {seed}"
 
 
-def _geomean(values: list[float]) -> float:
-    return math.exp(fmean(math.log(max(v, 1e-12)) for v in values))
-
-
 def sweep_scores(rows: dict[Key, dict[str, Any]]) -> dict[int, tuple[float, float]]:
     """Per swept ``ssd_session_tokens``: geometric means over the loads of mean TTFT and reuse (tuning seed)."""
-    return {v: (_geomean([rows[(r, 0, f"flatcake@{v}")]["mean"] for r in RATES]),
-                _geomean([rows[(r, 0, f"flatcake@{v}")]["reuse"] for r in RATES])) for v in SWEEP}
+    # NOTE: a reuse ratio of 0 counts as 1e-12 (its log is defined)
+    return {v: (geomean(rows[(r, 0, f"flatcake@{v}")]["mean"] for r in RATES),
+                geomean(max(rows[(r, 0, f"flatcake@{v}")]["reuse"], 1e-12) for r in RATES)) for v in SWEEP}
 
 
 def choose_sessions(scores: dict[int, tuple[float, float]]) -> int:
@@ -133,15 +122,12 @@ def choose_sessions(scores: dict[int, tuple[float, float]]) -> int:
 
 def configured_sessions() -> int:
     """``ssd_session_tokens`` as ``conf/tier/flatcake.yaml`` holds it."""
-    return int(yaml.safe_load(FLATCAKE_YAML.read_text())["ssd_session_tokens"])
+    return int(option_default("tier", "flatcake", "ssd_session_tokens"))
 
 
 def stale_default(rows: dict[Key, dict[str, Any]]) -> str | None:
     """A message when the config's ``ssd_session_tokens`` is not the sweep's choice."""
-    chosen, held = choose_sessions(sweep_scores(rows)), configured_sessions()
-    print(f"chosen on the tuning instance: ssd_session_tokens={chosen}")
-    return None if chosen == held else (f"conf/tier/flatcake.yaml holds ssd_session_tokens={held}; "
-                                        f"the tuning instance chose {chosen}")
+    return default_check("tier", "flatcake", "ssd_session_tokens", choose_sessions(sweep_scores(rows)))
 
 
 def main() -> None:
