@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import openai
@@ -25,6 +25,8 @@ CONVERSATIONS: list[list[str]] = [
     ["What is a prime number?", "Is 21 prime?", "List the primes below 20.", "What is their sum?"],
 ]
 MAX_TOKENS = 48
+
+T = TypeVar("T")
 
 
 def client(base_url: str, api_key: str = "none", **kw: Any) -> openai.OpenAI:
@@ -131,14 +133,37 @@ def loads(base_url: str) -> dict[str, Any]:
     return rank0
 
 
-def metric_total(base_url: str, name: str, timeout: float = 10, labels: dict[str, str] | None = None) -> float:
-    """The sum of a Prometheus series ``name`` over its label sets (SGLang's ``/metrics``), or over
-    those carrying every one of ``labels``."""
-    text = httpx.get(base_url + "/metrics", timeout=timeout).text
+def metrics_text(base_url: str, timeout: float = 10) -> str:
+    """SGLang's ``/metrics`` once (read several series from one snapshot with ``series_total``)."""
+    return httpx.get(base_url + "/metrics", timeout=timeout).text
+
+
+def series_total(text: str, name: str, labels: dict[str, str] | None = None) -> float:
+    """The sum of the Prometheus series ``name`` in ``text`` over its label sets, or over those
+    carrying every one of ``labels``."""
     wanted = [f'{k}="{v}"' for k, v in (labels or {}).items()]
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith((name + "{", name + " "))
                and all(w in line.split("}", 1)[0] for w in wanted))
+
+
+def metric_total(base_url: str, name: str, timeout: float = 10, labels: dict[str, str] | None = None) -> float:
+    """The sum of a Prometheus series ``name`` over its label sets (SGLang's ``/metrics``), or over
+    those carrying every one of ``labels``."""
+    return series_total(metrics_text(base_url, timeout), name, labels)
+
+
+def wait_still(read: Callable[[], T], hold_s: float = 2.0, timeout: float = 120, what: str = "values") -> T:
+    """``read()`` once two reads ``hold_s`` apart agree (a counter pushed periodically has settled)."""
+    deadline = time.monotonic() + timeout
+    first = read()
+    while time.monotonic() < deadline:
+        time.sleep(hold_s)
+        now = read()
+        if now == first:
+            return now
+        first = now
+    raise AssertionError(f"{what} did not settle in {timeout:.0f} s")
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 120, what: str = "condition") -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.config import compose_bench, resolve_bench
-from bench.live.chat import metric_total
+from bench.live.chat import metrics_text, series_total, wait_still
 from bench.live.server import ServerProcess
 from bench.run import run_bench
 from bench.scripts.common import add_output_args, git_commit
@@ -53,25 +53,18 @@ TARGET = 0.01
 
 
 def counts(url: str) -> dict[str, float]:
-    """The hook clock's counters on ``/metrics``."""
-    out = {f"s:{h}": metric_total(url, "switchboard_hook_seconds_total", labels={"hook": h}) for h in HOOKS}
-    out |= {f"n:{h}": metric_total(url, "switchboard_hook_calls_total", labels={"hook": h}) for h in HOOKS}
-    out["busy_s"] = metric_total(url, "switchboard_scheduler_busy_seconds_total")
-    out["busy_n"] = metric_total(url, "switchboard_scheduler_busy_iterations_total")
+    """The hook clock's counters, from one read of ``/metrics``."""
+    text = metrics_text(url)
+    out = {f"s:{h}": series_total(text, "switchboard_hook_seconds_total", {"hook": h}) for h in HOOKS}
+    out |= {f"n:{h}": series_total(text, "switchboard_hook_calls_total", {"hook": h}) for h in HOOKS}
+    out["busy_s"] = series_total(text, "switchboard_scheduler_busy_seconds_total")
+    out["busy_n"] = series_total(text, "switchboard_scheduler_busy_iterations_total")
     return out
 
 
-def quiet_counts(url: str, hold_s: float = 2.0, timeout_s: float = 120.0) -> dict[str, float]:
-    """The counters once they hold still for ``hold_s`` (the clock pushes at most once a second)."""
-    deadline = time.monotonic() + timeout_s
-    first = counts(url)
-    while time.monotonic() < deadline:
-        time.sleep(hold_s)
-        now = counts(url)
-        if now == first:
-            return now
-        first = now
-    raise RuntimeError(f"{url}: the hook clock's counters did not settle in {timeout_s:.0f} s")
+def quiet_counts(url: str) -> dict[str, float]:
+    """The counters once they hold still for 2 s (the clock pushes at most once a second)."""
+    return wait_still(lambda: counts(url), hold_s=2.0, timeout=120.0, what=f"{url}: the hook clock's counters")
 
 
 def one_option(label: str, overrides: tuple[str, ...], workload: list[str], results: Path) -> dict[str, Any]:

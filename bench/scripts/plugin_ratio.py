@@ -32,6 +32,7 @@ import time
 from typing import Any
 
 import httpx
+from scipy.stats import t as student_t
 
 from bench.live.server import ServerProcess
 from bench.scripts.common import add_output_args, git_commit
@@ -46,18 +47,13 @@ TOKEN_RANGE = (1_000, 40_000)
 HALF_WIDTH = 0.02
 MIN_PAIRS = 6
 IDLE = ("sglang.sleep_on_idle=true",)
-#: Student's t at 97.5% for n - 1 degrees of freedom (n = 2..40); beyond, the normal 1.96.
-T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-        2.045, 2.042, 2.040, 2.037, 2.035, 2.032, 2.030, 2.028, 2.026, 2.024, 2.023)
 
 
 def interval(ratios: list[float]) -> tuple[float, float, float]:
     """Mean and the 95% interval (Student's t) of ``ratios`` (at least two)."""
     n = len(ratios)
     mean = statistics.fmean(ratios)
-    t = T975[n - 2] if n - 2 < len(T975) else 1.96
-    half = t * statistics.stdev(ratios) / math.sqrt(n)
+    half = float(student_t.ppf(0.975, n - 1)) * statistics.stdev(ratios) / math.sqrt(n)
     return mean, mean - half, mean + half
 
 

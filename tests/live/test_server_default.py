@@ -4,12 +4,20 @@
 from __future__ import annotations
 
 import random
-import time
 
 import httpx
 import pytest
 
-from bench.live.chat import agreement, client, metric_total, run_conversations, wait_for
+from bench.live.chat import (
+    agreement,
+    client,
+    metric_total,
+    metrics_text,
+    run_conversations,
+    series_total,
+    wait_for,
+    wait_still,
+)
 from tests.live.harness import QueueExperiment, unique_prompt
 
 pytestmark = pytest.mark.server
@@ -69,22 +77,16 @@ def test_hook_time_and_busy_iterations_reach_metrics(server):
     url = server.base_url
 
     def counts() -> dict[str, float]:
-        out = {hook: metric_total(url, "switchboard_hook_calls_total", labels={"hook": hook})
+        text = metrics_text(url)
+        out = {hook: series_total(text, "switchboard_hook_calls_total", {"hook": hook})
                for hook in ("arrival", "batch_formed", "batch_finished", "order")}
-        out["busy"] = metric_total(url, "switchboard_scheduler_busy_iterations_total")
-        out["hook_s"] = metric_total(url, "switchboard_hook_seconds_total")
-        out["busy_s"] = metric_total(url, "switchboard_scheduler_busy_seconds_total")
+        out["busy"] = series_total(text, "switchboard_scheduler_busy_iterations_total")
+        out["hook_s"] = series_total(text, "switchboard_hook_seconds_total")
+        out["busy_s"] = series_total(text, "switchboard_scheduler_busy_seconds_total")
         return out
 
-    def quiet() -> dict[str, float]:
-        """The counts once an earlier request's last push is in (they hold still over a push period)."""
-        while True:
-            first = counts()
-            time.sleep(1.5)
-            if counts() == first:
-                return first
-
-    before = quiet()
+    # NOTE: once an earlier request's last push is in (the counts hold still over a push period)
+    before = wait_still(counts, hold_s=1.5, what="the hook clock's counts")
     body = {"text": unique_prompt(random.Random(5), 30), "sampling_params": {"temperature": 0, "max_new_tokens": 9,
                                                                   "ignore_eos": True}}
     httpx.post(url + "/generate", json=body, timeout=300).raise_for_status()
