@@ -51,6 +51,8 @@ class HookClock:
     _busy: bool = False
     _flushed: dict[str, float] = field(default_factory=dict)
     _last_flush: float = 0.0
+    _pending: bool = False
+    """Something grew since the last push."""
     metered: bool = True
     """Push the totals to prometheus_client (off in unit tests that only read the totals)."""
 
@@ -59,6 +61,7 @@ class HookClock:
         # NOTE: a plain float add per call; prometheus is pushed at boundaries only
         self.seconds[hook] = self.seconds.get(hook, 0.0) + seconds
         self.calls[hook] = self.calls.get(hook, 0) + 1
+        self._pending = True
 
     def boundary(self, now: float | None = None) -> None:
         """An iteration boundary: SGLang is about to pick the next batch."""
@@ -66,6 +69,7 @@ class HookClock:
         if self._busy and self._boundary is not None:
             self.busy_s += now - self._boundary
             self.busy_iterations += 1
+            self._pending = True
         self._boundary, self._busy = now, False
         if self.metered and now - self._last_flush >= FLUSH_EVERY_S:
             self._last_flush = now
@@ -74,16 +78,11 @@ class HookClock:
     def picked(self, batch: Any) -> None:
         """What the iteration that began at the last boundary picked (``None``: idle)."""
         self._busy = bool(batch)  # NOTE: as SGLang's loops: ``if batch:`` runs it
-        if not self._busy and self.metered and self._grown():
+        if not self._busy and self.metered and self._pending:
             # NOTE: the server may now sleep until the next request (--sleep-on-idle):
             # push the burst's last figures before it does
             self._last_flush = self._boundary or 0.0
             self.flush()
-
-    def _grown(self) -> bool:
-        """Whether anything grew since the last push."""
-        return (self.busy_iterations != self._flushed.get("busy_iterations", 0.0)
-                or any(n != self._flushed.get(f"calls:{h}", 0.0) for h, n in self.calls.items()))
 
     def totals(self) -> dict[str, float]:
         """The counters' values as ``/metrics`` will show them, by metric key."""
@@ -98,6 +97,7 @@ class HookClock:
             if delta > 0:
                 _counter(key).inc(delta)
                 self._flushed[key] = value
+        self._pending = False
 
 
 def _counter(key: str) -> Any:
