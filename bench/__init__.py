@@ -25,7 +25,7 @@ module                  job
                         request functions), CPU calibration probes, the
                         cost-model fit, a real server as a subprocess (shared
                         with tests)
-``leap/``               the LEAP prompt set
+``leap/``               the LEAP prompt sets (templated; public) and the predictor studies
 ``scripts/``            one results table each (``python -m bench.scripts.<name>``;
                         committed tables under ``bench/results/``)
 ======================= ===========================================================

@@ -8,6 +8,9 @@ the serving model's own representation of the prompt by a linear head learned on
   the server already holds: no forward pass, no encoder model. With
   ``hidden_state_layer=k`` the feature is instead the input hidden state of
   layer ``k`` at the last prompt token, which exists only after the prefill.
+* **Prompt-length regression** (``features="prompt_length"``): the head reads
+  only ``log(1 + prompt tokens)``, the baseline LEAP's paper compares against
+  (``bench/results/leap_predictors.md``); no features are captured.
 * **Prediction.** A ``LengthPredictor`` (default ``RlsLengthHead``: log-length,
   recursive least squares with forgetting) starts from zero knowledge (or a
   saved head, ``head_path``) and is corrected after every finished request.
@@ -49,14 +52,21 @@ class LeapPolicy(ColumnarOrder):
 
     def __init__(self, hidden_state_layer: int | None = None, feature_dim: int = 576,
                  forgetting: float = 0.999, ridge: float = 1.0, prior_tokens: float = 64.0,
-                 aging_tokens: float = 4194304.0, head_path: str | None = None) -> None:
+                 aging_tokens: float = 4194304.0, head_path: str | None = None, features: str = "model") -> None:
         if (hidden_state_layer is not None and hidden_state_layer < 0) or aging_tokens <= 0:
             raise ValueError("need hidden_state_layer >= 0 (or None) and aging_tokens > 0")
-        self.needs = SchedulingNeeds(cache_hits=False, prompt_embedding=hidden_state_layer is None,
+        if features not in ("model", "prompt_length"):
+            raise ValueError(f"policy.features must be 'model' or 'prompt_length', got {features!r}")
+        if features == "prompt_length" and hidden_state_layer is not None:
+            raise ValueError("policy.features=prompt_length reads no hidden state: leave hidden_state_layer null")
+        self.prompt_length = features == "prompt_length"
+        model = not self.prompt_length
+        self.needs = SchedulingNeeds(cache_hits=False, prompt_embedding=model and hidden_state_layer is None,
                                      hidden_state_layer=hidden_state_layer)
         """No prefix matching (the order reads predicted lengths only); features:
         the prompt's mean input embedding at arrival, or (``hidden_state_layer``)
-        a layer's hidden state after prefill."""
+        a layer's hidden state after prefill, or none (``prompt_length``)."""
+        feature_dim = 1 if self.prompt_length else feature_dim
         self.aging_tokens = aging_tokens
         self.predictor: LengthPredictor = (
             RlsLengthHead.load(Path(head_path)) if head_path else
@@ -75,7 +85,9 @@ class LeapPolicy(ColumnarOrder):
 
     def rank(self, queue: QueueColumns) -> np.ndarray:
         total = np.full(len(queue), self.prior_tokens)
-        if len(queue.feature_rows):
+        if self.prompt_length:  # NOTE: every request has its prompt length from arrival
+            total = self.predictor.predict_many(np.log1p(queue.num_input_tokens.astype(float))[:, None])
+        elif len(queue.feature_rows):
             total[queue.feature_rows] = self.predictor.predict_many(queue.features)
         remaining = np.maximum(total - queue.num_output_tokens, 1.0)
         waited = np.maximum(float(queue.processed_tokens) - queue.arrival_processed_tokens, 0.0)
@@ -87,5 +99,6 @@ class LeapPolicy(ColumnarOrder):
             return
         self._log_sum += math.log1p(view.num_output_tokens)
         self._count += 1
-        if view.features is not None:
-            self.predictor.update(view.features, view.num_output_tokens)
+        features = (math.log1p(view.num_input_tokens),) if self.prompt_length else view.features
+        if features is not None:
+            self.predictor.update(features, view.num_output_tokens)

@@ -74,3 +74,20 @@ def test_aborted_requests_teach_nothing():
     before = policy.predictor.predict((1.0, 0.0))
     policy.observe_finished(FinishedView("x", 0.0, 10, 999, aborted=True, features=(1.0, 0.0)))
     assert policy.predictor.predict((1.0, 0.0)) == before and policy.prior_tokens == pytest.approx(64.0)
+
+
+def test_prompt_length_regression_reads_the_prompt_length_only():
+    policy = LeapPolicy(features="prompt_length", aging_tokens=1e12)
+    assert not policy.needs.prompt_embedding and policy.needs.hidden_state_layer is None
+    for _ in range(100):  # long prompts get short answers here
+        policy.observe_finished(FinishedView("a", 0.0, 1000, 5))
+        policy.observe_finished(FinishedView("b", 0.0, 10, 300))
+    queue = QueueView((
+        RequestView(rid="short-prompt", arrival_seq=0, arrival_time=0.0, num_input_tokens=10, features=(9.0,)),
+        RequestView(rid="long-prompt", arrival_seq=1, arrival_time=0.0, num_input_tokens=1000)))
+    assert policy.order(queue).order == ("long-prompt", "short-prompt")  # captured features are ignored
+    assert policy.predictor.predict((math.log1p(1000),)) == pytest.approx(5, rel=0.1)
+    with pytest.raises(ValueError, match="features"):
+        LeapPolicy(features="proxy")
+    with pytest.raises(ValueError, match="hidden_state_layer"):
+        LeapPolicy(features="prompt_length", hidden_state_layer=3)

@@ -64,7 +64,7 @@ GOLDEN: dict[str, str] = {
     "fairway": "7b114d5c4d188520",
     "flatcake": "9c2b6e73f76b2347",
     "histate": "ce670891deeef690",
-    "leap": "fd61ee78586891a6",
+    "leap": "0c45006259d7afea",
     "penelope": "9a3ecca075cdb1cd",
     "router": "e3d0d089f4413e37",
     "scute": "1daaafcf37a062ff",

@@ -1,0 +1,135 @@
+"""Output-length predictors judged offline on a live feedback log, as LEAP's head learns inside the server.
+
+Every predictor here is the same RLS head (``policies/predictors/rls.py``, LEAP's
+configured ``forgetting``/``ridge``/``prior_tokens``) on different features,
+replayed online in the order the server finished the requests: each request is
+predicted *before* the head learns from it, exactly as the server's head did.
+
+* ``head``: LEAP's own features (the serving model's mean prompt embedding, as
+  the server logged them).
+* ``prompt length``: ``log(1 + prompt tokens)``, a one-feature regression.
+* ``proxy``: the final hidden state (after the last norm) of a *separate* copy
+  of the model, run over the chat-templated prompt and mean-pooled: one extra
+  forward pass per request before it can be scheduled.
+
+Costs are per request on this CPU (one thread), tokenization excluded (the
+server has the tokens already): the embedding gather and mean, or the proxy's
+forward pass, plus the head's prediction.
+
+NOTE: the ``head`` replay must reproduce the server's logged predictions (same
+features, same updates, same order); ``replay_gap`` reports how far it is.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.scripts.common import option_default
+from bench.scripts.leap_curve import spearman
+from policies.predictors.rls import RlsLengthHead
+
+
+@dataclass(frozen=True)
+class Logged:
+    """One finished request of the feedback log, joined with the prompt that was sent."""
+
+    rid: str
+    eval_name: str
+    split: str
+    messages: list[dict[str, str]]
+    num_input_tokens: int
+    num_output_tokens: int
+    features: tuple[float, ...]
+    server_prediction: float
+
+
+def _head_settings() -> dict[str, float]:
+    return {"forgetting": float(option_default("policy", "leap", "forgetting")),
+            "ridge": float(option_default("policy", "leap", "ridge")),
+            "prior_tokens": float(option_default("policy", "leap", "prior_tokens"))}
+
+
+def online(features: Sequence[Sequence[float]], true: Sequence[int]) -> np.ndarray:
+    """Predict-then-learn over the requests in order: each request's prediction before its update."""
+    rls = RlsLengthHead(len(features[0]), **_head_settings())
+    out = np.empty(len(true))
+    for i, (x, y) in enumerate(zip(features, true)):
+        out[i] = rls.predict(x)
+        rls.update(x, y)
+    return out
+
+
+def prompt_length_features(records: Sequence[Logged]) -> list[tuple[float]]:
+    return [(float(np.log1p(r.num_input_tokens)),) for r in records]
+
+
+class ProxyModel:
+    """A separate copy of the checkpoint, used only to read prompts (module docs)."""
+
+    def __init__(self, checkpoint: Path) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch.set_num_threads(1)
+        self.torch = torch
+        self.tok = AutoTokenizer.from_pretrained(checkpoint)
+        self.model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+
+    def ids(self, messages: list[dict[str, str]]) -> list[int]:
+        ids = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+        return [int(i) for i in ids]
+
+    def features(self, ids: list[int]) -> tuple[tuple[float, ...], float]:
+        """The mean final hidden state over ``ids``, and the seconds its forward pass took."""
+        x = self.torch.tensor([ids])
+        t0 = time.perf_counter()
+        with self.torch.no_grad():
+            hidden = self.model(x, output_hidden_states=True).hidden_states[-1][0].mean(0)
+        return tuple(float(v) for v in hidden), time.perf_counter() - t0
+
+    def embedding_seconds(self, ids: list[int]) -> float:
+        """What LEAP's server-side features cost: the embedding gather and mean over ``ids``."""
+        x = self.torch.tensor(ids)
+        t0 = time.perf_counter()
+        with self.torch.no_grad():
+            self.model.get_input_embeddings()(x).mean(0)
+        return time.perf_counter() - t0
+
+
+def predict_seconds(dim: int, repeats: int = 200) -> float:
+    """The head's own prediction cost for ``dim`` features (median of ``repeats``)."""
+    rls = RlsLengthHead(dim, **_head_settings())
+    x = [float(v) for v in np.random.default_rng(0).normal(size=dim)]
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        rls.predict(x)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def judge(pred: np.ndarray, true: np.ndarray, mask: np.ndarray, cap: int) -> dict[str, Any]:
+    """Spearman and the log-error model (``log(pred / true)``) over the ``mask``ed requests;
+    Spearman again over those under the output cap (capped outputs tie at it)."""
+    p, t = pred[mask], np.maximum(true[mask], 1)
+    err = np.log(p) - np.log(t)
+    uncapped = t < cap
+    return {"requests": int(mask.sum()), "spearman": spearman(p, t),
+            "spearman_uncapped": spearman(p[uncapped], t[uncapped]) if uncapped.sum() > 10 else float("nan"),
+            "uncapped": int(uncapped.sum()),
+            "log_error_mean": float(err.mean()), "log_error_std": float(err.std())}
+
+
+def replay_gap(learned: Sequence[tuple[Sequence[float], int, float]]) -> float:
+    """Largest relative gap between the server's logged predictions and the offline replay of its
+    head over ``learned``: every ``(features, output tokens, logged prediction)`` the server's head
+    learned from, in order (warm-up and health probes included)."""
+    replay = online([f for f, _, _ in learned], [n for _, n, _ in learned])
+    logged = np.array([p for _, _, p in learned])
+    return float(np.max(np.abs(replay - logged) / logged))
