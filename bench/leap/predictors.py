@@ -65,6 +65,14 @@ def online(features: Sequence[Sequence[float]], true: Sequence[int]) -> np.ndarr
     return out
 
 
+def trained_head(features: Sequence[Sequence[float]], true: Sequence[int]) -> RlsLengthHead:
+    """A head with LEAP's settings that has learned from ``features``/``true`` in order."""
+    rls = RlsLengthHead(len(features[0]), **_head_settings())
+    for x, y in zip(features, true):
+        rls.update(x, y)
+    return rls
+
+
 def prompt_length_features(records: Sequence[Logged]) -> list[tuple[float]]:
     return [(float(np.log1p(r.num_input_tokens)),) for r in records]
 

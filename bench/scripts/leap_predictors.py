@@ -38,7 +38,16 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench.leap.predictors import Logged, ProxyModel, judge, online, predict_seconds, prompt_length_features, replay_gap
+from bench.leap.predictors import (
+    Logged,
+    ProxyModel,
+    judge,
+    online,
+    predict_seconds,
+    prompt_length_features,
+    replay_gap,
+    trained_head,
+)
 from bench.leap.public import EVALS_REQUIREMENT, PublicPrompt, public_prompts
 from bench.leap.transfer import ErrorModel, error_models, sim_section, simulate
 from bench.live.server import ServerProcess
@@ -67,9 +76,11 @@ async def send_all(base_url: str, plan: list[tuple[str, PublicPrompt]], max_toke
         await asyncio.gather(*(one(rid, p) for rid, p in plan))
 
 
-def collect(out: Path, max_tokens: int, concurrency: int) -> None:
-    """Serve the public prompts on ``+policy=leap`` and keep the feedback log (``out/feedback.jsonl``)."""
+def collect(out: Path, max_tokens: int, concurrency: int, commit: str) -> None:
+    """Serve the public prompts on ``+policy=leap`` and keep the feedback log (``out/feedback.jsonl``);
+    ``out/collected.json`` says how and at which commit."""
     out.mkdir(parents=True, exist_ok=True)
+    (out / "collected.json").unlink(missing_ok=True)
     log = (out / "feedback.jsonl").resolve()
     log.unlink(missing_ok=True)
     plan = request_plan()
@@ -80,6 +91,17 @@ def collect(out: Path, max_tokens: int, concurrency: int) -> None:
     with ServerProcess(["model.dtype=float32", "+policy=leap", f"server.feedback_log={log}"],
                        out / "server.log") as server:
         asyncio.run(send_all(server.base_url, plan, max_tokens, concurrency))
+    (out / "collected.json").write_text(json.dumps({"commit": commit, "max_tokens": max_tokens,
+                                                    "concurrency": concurrency}) + "\n")
+
+
+def save_heads(records: list[Logged], out: Path) -> None:
+    """Heads learned from the ``train`` evals only, for ``leap_live --prompt-set public``:
+    ``head_train.npz`` (LEAP's features), ``head_train_prompt_length.npz`` (prompt length)."""
+    train = [r for r in records if r.split == "train"]
+    lengths = [r.num_output_tokens for r in train]
+    trained_head([r.features for r in train], lengths).save(out / "head_train.npz")
+    trained_head(prompt_length_features(train), lengths).save(out / "head_train_prompt_length.npz")
 
 
 #: What the server's head learned from, in order: features, output tokens, its prediction before.
@@ -154,8 +176,14 @@ def main() -> None:
     args = ap.parse_args()
     commit, t0 = git_commit(), time.perf_counter()  # NOTE: stamped before any work
     if not args.reanalyse:
-        collect(args.out, args.max_tokens, args.concurrency)
-    found = analyse(*load(args.out), args.max_tokens)
+        collect(args.out, args.max_tokens, args.concurrency, commit)
+    collected = json.loads((args.out / "collected.json").read_text())
+    if collected["max_tokens"] != args.max_tokens:
+        raise SystemExit(f"{args.out} was served with --max-tokens {collected['max_tokens']}")
+    args.concurrency, args.collected_at = collected["concurrency"], collected["commit"]
+    records, learned = load(args.out)
+    save_heads(records, args.out)
+    found = analyse(records, learned, args.max_tokens)
     (args.out / "predictors.json").write_text(json.dumps(found, indent=1) + "\n")
     for name, j in found["judged"].items():
         print(f"{name}: Spearman {j['spearman']:.3f}, log-error {j['log_error_mean']:+.3f} +- "
@@ -179,7 +207,8 @@ def render(found: dict[str, Any], curve: dict[str, Any], models: list[ErrorModel
              f"(two each) sent first, then {found['eval_requests']} from {found['eval_evals']} `eval` evals "
              "(one each) that no predictor had seen. Served live by the CPU server (SmolLM2-135M float32, "
              f"`+policy=leap`, greedy, outputs capped at {args.max_tokens} tokens, concurrency "
-             f"{args.concurrency}); on the `eval` requests the true length's median is {found['true_p50']:.0f} "
+             f"{args.concurrency}; served at commit {args.collected_at}); on the `eval` requests the true "
+             f"length's median is {found['true_p50']:.0f} "
              f"and {found['capped']:.0%} hit the cap; prompts' median is {found['prompt_p50']:.0f} tokens. "
              "Every predictor is LEAP's RLS head on different features, learning online in the server's "
              "finishing order and predicting each request before learning from it "

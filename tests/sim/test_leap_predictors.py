@@ -9,7 +9,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from bench.leap.predictors import Logged, judge, online, prompt_length_features, replay_gap
+from bench.leap.predictors import Logged, judge, online, prompt_length_features, replay_gap, trained_head
 from bench.leap.public import MAX_CHARS, public_prompts, split_of
 from bench.leap.transfer import ErrorModel, error_models, rank_matched_std, signal_spearman
 
@@ -113,3 +113,10 @@ def test_error_models_carry_each_predictors_live_error():
     assert ErrorModel("LEAP head, public set, rank-matched", -0.3, target_spearman=0.26) in models
     with pytest.raises(ValueError, match="not both"):
         ErrorModel("x", 0.0, std=1.0, target_spearman=0.5)
+
+
+def test_trained_head_is_the_replayed_head():
+    records = _logged(60, np.random.default_rng(3))
+    features, true = prompt_length_features(records), [r.num_output_tokens for r in records]
+    # the head after learning the first 59 predicts the 60th as the online replay did
+    assert trained_head(features[:59], true[:59]).predict(features[59]) == pytest.approx(online(features, true)[59])
