@@ -120,7 +120,8 @@ def sim_run(key: SimKey, results: Path) -> dict[str, Any]:
         ov = row_overrides(sc, policy, std, mean) + ([aging] if policy == "leap" else [])
     settings = resolve_bench(compose_bench([*ov, "output.progress=false", "output.plots=false"]))
     folder = _folder(results, key)
-    row: dict[str, Any] = {"summary": run_bench(settings, folder)["summary"], "std": std if model else None}
+    row: dict[str, Any] = {"summary": run_bench(settings, folder)["summary"], "std": std if model else None,
+                           "cmd": "python -m bench " + " ".join(ov)}
     if model is not None:  # NOTE: the rank quality the simulated signal had on this trace
         row["signal_spearman"] = signal_spearman(finished_outputs(folder), std, mean)
     elif policy == TRACE_PROMPTS:  # NOTE: the rank quality of the prompt length on this trace
@@ -219,4 +220,11 @@ def sim_section(models: list[ErrorModel], table: dict[str, dict[str, dict[str, A
         lines.append(f"| {label} | " + " | ".join(str(o.count(k)) for k in ("dominates", "equals", "frontier",
                                                                              "dominated"))
                      + f" | {sum(a != b for a, b in zip(o, base))} of {len(o)} |")
-    return [*lines, ""]
+    lines += ["", "Mean per-token latency (ms) per scenario:", "",
+              "| scenario | " + " | ".join([*BEST_OF, *labels]) + " |", "|---|" + "---|" * (len(BEST_OF) + len(labels))]
+    for name, rows in table.items():
+        lines.append(f"| {name} | " + " | ".join(f"{_per_token(rows[c]) * 1e3:.1f}" for c in [*BEST_OF, *labels]) + " |")
+    lines += ["", "## Commands (evaluation split)", "", "```"]
+    for c in [*BEST_OF, *labels]:
+        lines += [f"# {c}", *(rows[c]["cmd"] for rows in table.values())]
+    return [*lines, "```", ""]

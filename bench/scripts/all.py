@@ -29,7 +29,9 @@ commit. It accepts changes under ``bench/results/`` only (the finished tables)
 and refuses if the code commit moved.
 
 NOTE: order matters: ``leap_curve`` writes ``leap_curve.json`` (read by
-``leap_sim``) and ``results/leap/head.npz`` (read by ``leap_live``).
+``leap_sim`` and ``leap_predictors``) and ``results/leap/head.npz`` (read by
+``leap_live``); ``leap_predictors`` writes ``results/leap-public/head_train*.npz``
+(read by ``leap_live_public``).
 NOTE: run it on a quiet machine: live tables time a CPU server.
 """
 
@@ -74,6 +76,7 @@ TABLES: tuple[Table, ...] = (
     Table("leap_curve", ("bench.scripts.leap_curve", "--prompts", "500", "--concurrency", "32"),
           ("leap_curve.json", "leap_curve.png"), live=True),
     Table("leap", ("bench.scripts.leap_sim",), ("leap.md", "leap_frontier.png")),
+    Table("leap_predictors", ("bench.scripts.leap_predictors",), ("leap_predictors.md",), live=True),
     Table("penelope", ("bench.scripts.penelope", "--check-defaults"), ("penelope.md",)),
     Table("tiers", ("bench.scripts.tiers", "--check-defaults"), ("tiers.md",)),
     Table("histate", ("bench.scripts.histate", "--check-defaults"), ("histate.md",)),
@@ -105,6 +108,10 @@ TABLES: tuple[Table, ...] = (
     Table("plugin_ratio", ("bench.scripts.plugin_ratio",), ("plugin_ratio.md",), live=True),
     Table("leap_live", ("bench.scripts.leap_live", "--requests", "120", "--rate", "0.35", "--max-running", "8"),
           ("leap_live.md",), live=True),
+    Table("leap_live_public", ("bench.scripts.leap_live", "--prompt-set", "public", "--requests", "100", "--rate", "0.35",
+                               "--max-running", "8", "--policies", "fcfs", "lof", "hrrn", "shortest-prefill-first",
+                               "leap", "leap-prompt-length", "--out", "bench/results/leap_live_public.md"),
+          ("leap_live_public.md",), live=True),
 )
 #: The trace files the tables read (relative to the data root).
 TRACE_FILES = (
