@@ -42,7 +42,7 @@ insert, fill and locks, which keep its token counts together.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Generic
 
 from policies.cache import BlockView, EvictionPolicy
@@ -114,6 +114,35 @@ class GapTree(Generic[K, V]):
     def prefix_path(self, node: Node[K, V]) -> tuple[int, ...]:
         """Sibling keys from the root down to ``node`` (``RequestView.prefix_path``)."""
         return tuple(n.sibling_key for n in self.path_to(node))
+
+    def prefix_paths(self, nodes: Iterable[Node[K, V] | None]) -> list[tuple[int, ...]]:
+        """``prefix_path`` of each node (``()`` for ``None``), every shared ancestor's path built once.
+
+        NOTE: a queue's requests share most of their paths (one conversation's
+        turns, one system prompt): this walks each distinct node once, where
+        ``prefix_path`` per request walks every path from the root again.
+        """
+        memo: dict[Node[K, V], tuple[int, ...]] = {self.root: ()}
+        get = memo.get
+        out: list[tuple[int, ...]] = []
+        for node in nodes:
+            if node is None:
+                out.append(())
+                continue
+            path = get(node)
+            if path is None:
+                chain: list[Node[K, V]] = []
+                n: Node[K, V] | None = node
+                while n is not None and n not in memo:
+                    chain.append(n)
+                    n = n.parent
+                path = memo[n] if n is not None else ()  # NOTE: a detached node: its own chain
+                for m in reversed(chain):
+                    if m.parent is not None:  # NOTE: as path(): the root's own key is not on a path
+                        path = (*path, m.sibling_key)
+                    memo[m] = path
+            out.append(path)
+        return out
 
     def hollow_tokens(self, node: Node[K, V]) -> int:
         """Tokens of the hollow nodes on the path to ``node`` (its gaps)."""

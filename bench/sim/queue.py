@@ -234,9 +234,8 @@ class WaitingQueue:
                 self._invalidate(r)
 
     def _refresh_paths(self) -> None:
-        for r in self.items:
-            node = r.match_node
-            path = self.cache.prefix_path(node) if node is not None else ()
+        items = self.items
+        for r, path in zip(items, self.cache.prefix_paths([r.match_node for r in items])):
             if path != r.path:
                 r.path = path
                 self._invalidate(r)

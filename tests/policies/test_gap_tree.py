@@ -812,3 +812,11 @@ def test_sessions_count_only_where_they_inserted_through():
         insert(t, pool, S + (A1 if s == "a" else B1), float(i), s)
     sessions = {n.key[0]: t.view(n).num_sessions for n in t.nodes()}
     assert sessions == {S[0]: 2, A1[0]: 1, B1[0]: 1}
+
+
+def test_prefix_paths_equal_prefix_path_per_node():
+    t = tree_with([1, 2, 3], [1, 2, 5], [1, 3], [4], [4, 6, 7])
+    nodes = [t.match(key(*k), 9.0)[1] for k in ([1, 2, 3], [1, 2, 5], [1, 3], [4, 6, 7], [4], [1, 2])]
+    nodes += [t.root, None, nodes[0]]
+    assert t.prefix_paths(nodes) == [t.prefix_path(n) if n is not None else () for n in nodes]
+    assert len(t.prefix_path(nodes[0])) >= 2
