@@ -108,7 +108,7 @@ TABLES: tuple[Table, ...] = (
     Table("plugin_ratio", ("bench.scripts.plugin_ratio",), ("plugin_ratio.md",), live=True),
     Table("leap_live", ("bench.scripts.leap_live", "--requests", "120", "--rate", "0.35", "--max-running", "8"),
           ("leap_live.md",), live=True),
-    Table("leap_live_public", ("bench.scripts.leap_live", "--prompt-set", "public", "--requests", "100", "--rate", "0.35",
+    Table("leap_live_public", ("bench.scripts.leap_live", "--prompt-set", "public", "--requests", "100", "--rate", "0.55",
                                "--max-running", "8", "--policies", "fcfs", "lof", "hrrn", "shortest-prefill-first",
                                "leap", "leap-prompt-length", "--out", "bench/results/leap_live_public.md"),
           ("leap_live_public.md",), live=True),

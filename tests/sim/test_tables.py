@@ -2,7 +2,7 @@
 ``fairway.md`` and ``leap.md`` is re-run from the command the table prints and
 compared cell for cell, one shape of ``speculative_sim.md`` (every row), one
 row each of ``histate.md``, ``penelope.md``, ``baselines.md``, ``tiers.md``,
-``router.md`` and ``basin_surge.md``, one profile and seed of
+``router.md``, ``basin_surge.md`` and ``leap_predictors.md``, one profile and seed of
 ``decisions_sim.md`` (every row), one row of ``advise.md`` (its metric
 cells) and one reported cell of ``dwise.md`` (at the settings its tuning chose, which
 ``--check-defaults`` holds equal to the config) from their scripts' own functions. A change to
@@ -195,3 +195,17 @@ def test_basin_surge_row_is_what_its_script_gives(tmp_path):
     line = basin_surge.tuning_line(r, r)
     assert line in (RESULTS / "basin_surge.md").read_text().splitlines(), line
 
+
+
+@pytest.mark.parametrize("label", ["fcfs", "LEAP head, public set", "prompt-length regression, trace's own prompts"])
+def test_leap_predictors_row_is_what_its_command_gives(label, tmp_path):
+    """One scenario of ``leap_predictors.md``'s simulator section: a built-in, LEAP under a live
+    error model, and LEAP's prompt-length regression."""
+    text = (RESULTS / "leap_predictors.md").read_text()
+    header, rows = table_rows(text, "Mean per-token latency (ms) per scenario:")
+    commands = text.split("## Commands (evaluation split)", 1)[1].split(f"# {label}\n", 1)[1].split("\n# ", 1)[0]
+    found = {ln for ln in commands.splitlines() if WINDOW in ln and "trace.surges" not in ln
+             and "trace=azure_conversation" in ln}
+    assert len(found) == 1, found
+    s = run(found.pop().removeprefix("python -m bench ").split(), tmp_path)
+    assert rows[SCENARIO][header.index(label)] == f"{s['per_token_latency_s']['mean'] * 1e3:.1f}"
