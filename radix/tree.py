@@ -113,14 +113,14 @@ class GapTree(Generic[K, V]):
 
     def prefix_path(self, node: Node[K, V]) -> tuple[int, ...]:
         """Sibling keys from the root down to ``node`` (``RequestView.prefix_path``)."""
-        return tuple(n.sibling_key for n in self.path_to(node))
+        return self.prefix_paths((node,))[0]
 
     def prefix_paths(self, nodes: Iterable[Node[K, V] | None]) -> list[tuple[int, ...]]:
         """``prefix_path`` of each node (``()`` for ``None``), every shared ancestor's path built once.
 
         NOTE: a queue's requests share most of their paths (one conversation's
         turns, one system prompt): this walks each distinct node once, where
-        ``prefix_path`` per request walks every path from the root again.
+        one ``prefix_path`` per request walks every path from the root again.
         """
         memo: dict[Node[K, V], tuple[int, ...]] = {self.root: ()}
         get = memo.get

@@ -49,15 +49,15 @@ class Logged:
     server_prediction: float
 
 
-def _head_settings() -> dict[str, float]:
-    return {"forgetting": float(option_default("policy", "leap", "forgetting")),
-            "ridge": float(option_default("policy", "leap", "ridge")),
-            "prior_tokens": float(option_default("policy", "leap", "prior_tokens"))}
+def _head(dim: int) -> RlsLengthHead:
+    """A fresh head of ``dim`` features with LEAP's configured settings."""
+    return RlsLengthHead(dim, **{key: float(option_default("policy", "leap", key))
+                                 for key in ("forgetting", "ridge", "prior_tokens")})
 
 
 def online(features: Sequence[Sequence[float]], true: Sequence[int]) -> np.ndarray:
     """Predict-then-learn over the requests in order: each request's prediction before its update."""
-    rls = RlsLengthHead(len(features[0]), **_head_settings())
+    rls = _head(len(features[0]))
     out = np.empty(len(true))
     for i, (x, y) in enumerate(zip(features, true)):
         out[i] = rls.predict(x)
@@ -67,7 +67,7 @@ def online(features: Sequence[Sequence[float]], true: Sequence[int]) -> np.ndarr
 
 def trained_head(features: Sequence[Sequence[float]], true: Sequence[int]) -> RlsLengthHead:
     """A head with LEAP's settings that has learned from ``features``/``true`` in order."""
-    rls = RlsLengthHead(len(features[0]), **_head_settings())
+    rls = _head(len(features[0]))
     for x, y in zip(features, true):
         rls.update(x, y)
     return rls
@@ -112,7 +112,7 @@ class ProxyModel:
 
 def predict_seconds(dim: int, repeats: int = 200) -> float:
     """The head's own prediction cost for ``dim`` features (median of ``repeats``)."""
-    rls = RlsLengthHead(dim, **_head_settings())
+    rls = _head(dim)
     x = [float(v) for v in np.random.default_rng(0).normal(size=dim)]
     times = []
     for _ in range(repeats):

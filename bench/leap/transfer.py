@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.stats import spearmanr
 
 from bench.config import compose_bench, resolve_bench
 from bench.frontier import verdict
 from bench.run import run_bench
 from bench.scripts.common import option_default, run_rows
-from bench.scripts.leap_sim import FRONTIER_METRICS, row_overrides
+from bench.scripts.leap_curve import spearman
+from bench.scripts.leap_sim import FRONTIER_METRICS, per_token, row_overrides
 from bench.scripts.splits import BEST_OF, COMMON, EVALUATION, Scenario, families
 from bench.sim.signal import LengthSignal
 
@@ -70,8 +70,7 @@ def error_models(found: dict[str, Any], curve: dict[str, Any]) -> list[ErrorMode
 def signal_spearman(outputs: list[tuple[str, int]], std: float, mean: float) -> float:
     """Spearman of the simulated signal against the true lengths of ``outputs`` (rid, tokens)."""
     signal = LengthSignal(std, mean, SIGNAL_SEED)
-    rho = spearmanr([signal.features(rid, n)[0] for rid, n in outputs], [n for _, n in outputs]).statistic
-    return float(rho)
+    return spearman([signal.features(rid, n)[0] for rid, n in outputs], [n for _, n in outputs])
 
 
 def rank_matched_std(outputs: list[tuple[str, int]], target: float, mean: float) -> float:
@@ -89,10 +88,15 @@ def rank_matched_std(outputs: list[tuple[str, int]], target: float, mean: float)
     return (lo + hi) / 2
 
 
-def finished_outputs(folder: Path) -> list[tuple[str, int]]:
-    """``(rid, output tokens)`` of a run's finished requests (its ``requests.csv``)."""
+def _finished(folder: Path) -> list[dict[str, str]]:
+    """A run's finished requests (rows of its ``requests.csv``)."""
     with open(folder / "requests.csv") as f:
-        return [(r["rid"], int(r["output_tokens"])) for r in csv.DictReader(f) if r["status"] == "finished"]
+        return [r for r in csv.DictReader(f) if r["status"] == "finished"]
+
+
+def finished_outputs(folder: Path) -> list[tuple[str, int]]:
+    """``(rid, output tokens)`` of a run's finished requests."""
+    return [(r["rid"], int(r["output_tokens"])) for r in _finished(folder)]
 
 
 #: One simulator run: scenario, policy, and for LEAP its label and (std, mean).
@@ -125,10 +129,9 @@ def sim_run(key: SimKey, results: Path) -> dict[str, Any]:
     if model is not None:  # NOTE: the rank quality the simulated signal had on this trace
         row["signal_spearman"] = signal_spearman(finished_outputs(folder), std, mean)
     elif policy == TRACE_PROMPTS:  # NOTE: the rank quality of the prompt length on this trace
-        with open(folder / "requests.csv") as f:
-            done = [r for r in csv.DictReader(f) if r["status"] == "finished"]
-        row["signal_spearman"] = float(spearmanr([int(r["input_tokens"]) for r in done],
-                                                 [int(r["output_tokens"]) for r in done]).statistic)
+        done = _finished(folder)
+        row["signal_spearman"] = spearman([int(r["input_tokens"]) for r in done],
+                                          [int(r["output_tokens"]) for r in done])
     return row
 
 
@@ -153,12 +156,8 @@ def simulate(models: list[ErrorModel], results: Path, jobs: int) -> dict[str, di
     return table
 
 
-def _per_token(row: dict[str, Any]) -> float:
-    return float(row["summary"]["per_token_latency_s"]["mean"])
-
-
-def _points(rows: dict[str, dict[str, Any]], labels: list[str]) -> dict[str, tuple[float, ...]]:
-    return {label: tuple(m.of(rows[label]["summary"]) for m in FRONTIER_METRICS) for label in labels}
+def _point(row: dict[str, Any]) -> tuple[float, ...]:
+    return tuple(m.of(row["summary"]) for m in FRONTIER_METRICS)
 
 
 def _std_cell(stds: list[float | None]) -> str:
@@ -188,10 +187,10 @@ def sim_section(models: list[ErrorModel], table: dict[str, dict[str, dict[str, A
     for label in labels:
         cells = []
         for scs in fams.values():
-            vs_fcfs = np.mean([_per_token(table[sc.name][label]) / _per_token(table[sc.name]["fcfs"]) - 1
+            vs_fcfs = np.mean([per_token(table[sc.name][label]) / per_token(table[sc.name]["fcfs"]) - 1
                                for sc in scs])
-            vs_best = np.mean([_per_token(table[sc.name][label])
-                               / min(_per_token(table[sc.name][b]) for b in BEST_OF) - 1 for sc in scs])
+            vs_best = np.mean([per_token(table[sc.name][label])
+                               / min(per_token(table[sc.name][b]) for b in BEST_OF) - 1 for sc in scs])
             cells.append(f"{vs_fcfs:+.1%} / {vs_best:+.1%}")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", "The signal on each trace: its Spearman against the true output length, and the "
@@ -208,7 +207,7 @@ def sim_section(models: list[ErrorModel], table: dict[str, dict[str, dict[str, A
     for name, rows in table.items():
         cells = []
         for label in labels:
-            v = verdict(_points(rows, [label])[label], _points(rows, list(BEST_OF)), FRONTIER_METRICS)
+            v = verdict(_point(rows[label]), {b: _point(rows[b]) for b in BEST_OF}, FRONTIER_METRICS)
             outcomes[label].append(v.outcome)
             cells.append(_short(v.outcome, v.by))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -223,7 +222,7 @@ def sim_section(models: list[ErrorModel], table: dict[str, dict[str, dict[str, A
     lines += ["", "Mean per-token latency (ms) per scenario:", "",
               "| scenario | " + " | ".join([*BEST_OF, *labels]) + " |", "|---|" + "---|" * (len(BEST_OF) + len(labels))]
     for name, rows in table.items():
-        lines.append(f"| {name} | " + " | ".join(f"{_per_token(rows[c]) * 1e3:.1f}" for c in [*BEST_OF, *labels]) + " |")
+        lines.append(f"| {name} | " + " | ".join(f"{per_token(rows[c]) * 1e3:.1f}" for c in [*BEST_OF, *labels]) + " |")
     lines += ["", "## Commands (evaluation split)", "", "```"]
     for c in [*BEST_OF, *labels]:
         lines += [f"# {c}", *(rows[c]["cmd"] for rows in table.values())]

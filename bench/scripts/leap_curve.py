@@ -22,10 +22,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
 import numpy as np
+from scipy.stats import rankdata
 
 from bench.leap.prompts import leap_prompts
 from bench.live.server import ServerProcess
@@ -33,20 +35,9 @@ from bench.scripts.common import git_commit
 from policies.predictors.rls import RlsLengthHead
 
 
-def ranks(values: np.ndarray) -> np.ndarray:
-    """Average ranks (ties share their mean rank)."""
-    order = np.argsort(values, kind="stable")
-    r = np.empty(len(values))
-    r[order] = np.arange(len(values), dtype=float)
-    for v in np.unique(values):
-        tied = values == v
-        if tied.sum() > 1:
-            r[tied] = r[tied].mean()
-    return r
-
-
-def spearman(a: np.ndarray, b: np.ndarray) -> float:
-    ra, rb = ranks(np.asarray(a, float)), ranks(np.asarray(b, float))
+def spearman(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
+    """Spearman's rank correlation: Pearson's over average ranks (ties share their mean rank)."""
+    ra, rb = rankdata(np.asarray(a, float)), rankdata(np.asarray(b, float))
     return float(np.corrcoef(ra, rb)[0, 1])
 
 

@@ -214,9 +214,9 @@ def render(runs: dict[int, dict[str, Any]], args: argparse.Namespace, commit: st
         s = {p: runs[seed][p]["summary"] for p in policies}
         row = [f"{s[p]['per_token_s'] * 1000:.0f} ms" for p in policies]
         builtins = [p for p in policies if p in BUILTINS]
+        best = min(builtins, key=lambda b: s[b]["per_token_s"]) if builtins else None
         for p in ours:
-            if builtins:
-                best = min(builtins, key=lambda b: s[b]["per_token_s"])
+            if best is not None:
                 row += [f"{s[p]['per_token_s'] / s['fcfs']['per_token_s'] - 1:+.1%}" if "fcfs" in s else "",
                         f"{s[p]['per_token_s'] / s[best]['per_token_s'] - 1:+.1%} ({best})"]
             else:

@@ -115,13 +115,14 @@ def choose_aging(sweep: dict[str, SweepRuns]) -> tuple[int, bool]:
     return (meeting[0], True) if meeting else (max(AGING_SWEEP, key=lambda a: worst[a]), False)
 
 
-def _per_token(run: dict[str, Any]) -> float:
+def per_token(run: dict[str, Any]) -> float:
+    """A run's mean per-token latency (end-to-end / output tokens), seconds."""
     return float(run["summary"]["per_token_latency_s"]["mean"])
 
 
 def _gain(run: dict[str, Any], base: dict[str, Any]) -> float:
     """How far below ``base``'s mean per-token latency ``run``'s is (0.15 = 15% lower)."""
-    return 1 - _per_token(run) / _per_token(base)
+    return 1 - per_token(run) / per_token(base)
 
 
 FRONTIER_METRICS = (Metric("per_token_latency_s.mean", "per-token latency", tolerance=TIE),
@@ -197,7 +198,7 @@ def render(table: dict[str, dict[str, Run]], sweep: dict[str, SweepRuns], chosen
     lines += ["", "## Per scenario (evaluation split)", "", "Mean per-token latency (ms):", "",
               "| scenario | " + " | ".join(label for label, _ in ROWS) + " |", "|---|" + "---|" * len(ROWS)]
     for name, rows in table.items():
-        lines.append(f"| {name} | " + " | ".join(f"{_per_token(rows[label]) * 1e3:.1f}" for label, _ in ROWS) + " |")
+        lines.append(f"| {name} | " + " | ".join(f"{per_token(rows[label]) * 1e3:.1f}" for label, _ in ROWS) + " |")
     lines += ["", "TTFT p50 / p99 and E2E mean (s):", "",
               "| scenario | " + " | ".join(label for label, _ in ROWS) + " |", "|---|" + "---|" * len(ROWS)]
     for name, rows in table.items():
@@ -232,7 +233,7 @@ def render(table: dict[str, dict[str, Run]], sweep: dict[str, SweepRuns], chosen
 
 def _best_builtin(rows: dict[str, Run]) -> str:
     """The built-in (of ``BEST_OF``) with the lowest mean per-token latency among ``rows``."""
-    return min(BEST_OF, key=lambda b: _per_token(rows[b]))
+    return min(BEST_OF, key=lambda b: per_token(rows[b]))
 
 
 def _spread(values: np.ndarray) -> str:

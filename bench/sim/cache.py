@@ -106,7 +106,6 @@ class PrefixCache:
         self.path = self.tree.path
         self.hollow_tokens = self.tree.hollow_tokens
         self.unlocked_tokens_on_path = self.tree.unlocked_tokens_on_path
-        self.prefix_path = self.tree.prefix_path
         self.prefix_paths = self.tree.prefix_paths
 
     # ----------------------------------------------------------- tree state

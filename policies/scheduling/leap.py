@@ -84,11 +84,12 @@ class LeapPolicy(ColumnarOrder):
         return float(self.predictor.predict(features))
 
     def rank(self, queue: QueueColumns) -> np.ndarray:
-        total = np.full(len(queue), self.prior_tokens)
         if self.prompt_length:  # NOTE: every request has its prompt length from arrival
             total = self.predictor.predict_many(np.log1p(queue.num_input_tokens.astype(float))[:, None])
-        elif len(queue.feature_rows):
-            total[queue.feature_rows] = self.predictor.predict_many(queue.features)
+        else:
+            total = np.full(len(queue), self.prior_tokens)
+            if len(queue.feature_rows):
+                total[queue.feature_rows] = self.predictor.predict_many(queue.features)
         remaining = np.maximum(total - queue.num_output_tokens, 1.0)
         waited = np.maximum(float(queue.processed_tokens) - queue.arrival_processed_tokens, 0.0)
         order: np.ndarray = np.lexsort((queue.arrival_seq, remaining / (1.0 + waited / self.aging_tokens)))

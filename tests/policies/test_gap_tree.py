@@ -818,5 +818,6 @@ def test_prefix_paths_equal_prefix_path_per_node():
     t = tree_with([1, 2, 3], [1, 2, 5], [1, 3], [4], [4, 6, 7])
     nodes = [t.match(key(*k), 9.0)[1] for k in ([1, 2, 3], [1, 2, 5], [1, 3], [4, 6, 7], [4], [1, 2])]
     nodes += [t.root, None, nodes[0]]
-    assert t.prefix_paths(nodes) == [t.prefix_path(n) if n is not None else () for n in nodes]
-    assert len(t.prefix_path(nodes[0])) >= 2
+    walked = [tuple(n.sibling_key for n in t.path_to(n)) if n is not None else () for n in nodes]
+    assert t.prefix_paths(nodes) == walked and [t.prefix_path(n) for n in nodes[:-2]] == walked[:-2]
+    assert len(walked[0]) >= 2
