@@ -49,7 +49,8 @@ class TouchMode(enum.Enum):
 
     auto = "auto"
     """As the server: every pass under cache-aware policies, every 32nd pass
-    (first 128 waiting) under native fcfs/lof with SGLang's own LRU."""
+    (first 128 waiting) under native fcfs/lof where the eviction order asks
+    (``EvictionNeeds.refresh_waiting``: LRU, Penelope, HiState)."""
     off = "off"
     """Never (only admission and insertion refresh recency)."""
 

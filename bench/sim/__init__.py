@@ -78,7 +78,7 @@ def build_simulator(trace: Trace, cost: IterationCost, settings: SimSettings, pa
                             host_bandwidth_gbs=settings.host_bandwidth_gbs, levels=levels)
     queue = WaitingQueue(cache, order, in_batch_threshold=settings.in_batch_threshold,
                          native_queue_limit=settings.native_queue_limit,
-                         touch=settings.touch_waiting, builtin_lru=eviction is None)
+                         touch=settings.touch_waiting, refresh_waiting=policy.needs.refresh_waiting)
     cache.touch_waiting = queue.touch_every_pass
     # NOTE: the order's feedback first, then the others' in binding order, as the server's scheduler feeds them
     # NOTE: `is not None` first: mypy takes isinstance(Optional[Protocol], other Protocol) to be never true.

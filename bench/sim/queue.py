@@ -16,7 +16,8 @@ Which host behaviour applies (as the server runs them):
 order policy         who sorts                           waiting prefixes touched
 ==================== =================================== ================================
 none (built-in)      nobody: arrival/append order        every 32nd pass, first 128 (only
-native fcfs, lof     the pure policy                     with SGLang's own LRU, no +cache)
+native fcfs, lof     the pure policy                     where the eviction order asks:
+                                                         ``needs.refresh_waiting``, e.g. LRU)
 native lpm, hrrn     the pure policy; while > 128 wait   every pass; while > 128 wait as
                      nobody (``sim.native_queue_limit``)  the row above
 any other            the pure policy                     every pass
@@ -64,7 +65,7 @@ class WaitingQueue:
 
     def __init__(self, cache: PrefixCache, policy: SchedulingPolicy | None, *,
                  in_batch_threshold: int = 32, native_queue_limit: bool = True,
-                 touch: bool = True, builtin_lru: bool = True) -> None:
+                 touch: bool = True, refresh_waiting: bool = True) -> None:
         self.cache = cache
         self.policy = policy
         native = policy.needs.sglang_native if policy is not None else "fcfs"
@@ -72,9 +73,9 @@ class WaitingQueue:
         """SGLang matches (and touches) the whole queue each pass."""
         self.queue_limited = native_queue_limit and native in QUEUE_LIMITED
         self.touch_every_pass = touch and self.cache_aware
-        self.builtin_lru = touch and builtin_lru
-        """SGLang's own LRU is in use (its periodic prefix refresh needs it)."""
-        self.touch_periodic = self.builtin_lru and not self.cache_aware
+        self.refresh_waiting = touch and refresh_waiting
+        """The eviction order asks for SGLang's periodic refresh (``EvictionNeeds.refresh_waiting``)."""
+        self.touch_periodic = self.refresh_waiting and not self.cache_aware
         self.needs_paths = policy is not None and policy.needs.prefix_path
         # NOTE: `is not None` first: mypy takes isinstance(Optional[Protocol], other Protocol) to be never true.
         self._ranker = policy if policy is not None and isinstance(policy, RanksColumns) else None
@@ -201,7 +202,7 @@ class WaitingQueue:
                 self._refresh_paths()
             self._decide(self.policy, now, processed_tokens, num_running,
                          (None, math.inf) if has_deferred else bounds)
-        if self.touch_periodic or (fallback and self.builtin_lru):
+        if self.touch_periodic or (fallback and self.refresh_waiting):
             # NOTE: SGLang's _touch_waiting_prefixes: passes that did not match the
             # queue refresh the first 128 prefixes every 32nd time, head touched last.
             self._passes += 1

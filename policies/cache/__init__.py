@@ -99,6 +99,13 @@ class EvictionNeeds:
     """Recurrent-state snapshots are offered in the same ranking as KV blocks
     (``BlockView.item``); only a host serving a hybrid model can (see module
     docs)."""
+    refresh_waiting: bool = False
+    """The host refreshes the recency (``last_access``) of the cached prefixes
+    of the first 128 waiting requests every 32nd queue order, head last, so an
+    order keyed on recency keeps what the queue is about to reuse (SGLang's
+    ``SchedulePolicy._touch_waiting_prefixes``, which stock SGLang runs for its
+    LRU only). NOTE: a pass that prefix-matched the whole queue touched it
+    already and refreshes nothing."""
     sglang_strategy: str | None = None
     """The eviction strategy of SGLang's own this order reproduces (a name of
     ``sglang.srt.mem_cache.utils``' strategy table: the baselines a verdict

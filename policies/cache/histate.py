@@ -52,8 +52,9 @@ class HistatePolicy:
     the same last access by ``tau_s · ln k``. 0 = least recently used across
     kinds, value only breaking ties."""
 
-    needs: ClassVar[EvictionNeeds] = EvictionNeeds(snapshots=True)
-    """Snapshots are ranked with KV (``policies.cache`` NOTE on snapshots)."""
+    needs: ClassVar[EvictionNeeds] = EvictionNeeds(snapshots=True, refresh_waiting=True)
+    """Snapshots are ranked with KV (``policies.cache`` NOTE on snapshots); the
+    waiting queue's prefixes are refreshed as for LRU (its rank decays with age)."""
 
     def __post_init__(self) -> None:
         if not self.tau_s >= 0.0 or math.isinf(self.tau_s):

@@ -11,9 +11,10 @@ from policies.cache import BlockView, EvictionNeeds, EvictionRank
 
 @dataclass(frozen=True)
 class LruPolicy:
-    """Oldest ``last_access`` first; ties by creation order."""
+    """Oldest ``last_access`` first; ties by creation order. As in stock SGLang,
+    the waiting queue's prefixes are refreshed (``EvictionNeeds.refresh_waiting``)."""
 
-    needs: ClassVar[EvictionNeeds] = EvictionNeeds(sglang_strategy="lru")
+    needs: ClassVar[EvictionNeeds] = EvictionNeeds(sglang_strategy="lru", refresh_waiting=True)
 
     def rank(self, block: BlockView) -> EvictionRank:
         return (block.last_access, block.created)

@@ -47,8 +47,9 @@ class PenelopePolicy:
     the cheap fronts of several recent histories go before an older tail.
     0.001: chosen on the tuning split (``bench.scripts.penelope``'s sweep)."""
 
-    needs: ClassVar[EvictionNeeds] = EvictionNeeds(interior=True)
-    """Interior blocks may be freed, leaving a gap (``policies.cache`` NOTE)."""
+    needs: ClassVar[EvictionNeeds] = EvictionNeeds(interior=True, refresh_waiting=True)
+    """Interior blocks may be freed, leaving a gap (``policies.cache`` NOTE); the
+    waiting queue's prefixes are refreshed as for LRU (its rank starts from recency)."""
 
     def is_shared(self, block: BlockView) -> bool:
         """Whether ``block`` belongs to the shared prefix (see module docs)."""

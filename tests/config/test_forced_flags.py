@@ -138,3 +138,13 @@ def test_stock_under_an_options_forced_flags_runs_in_the_simulator_too():
     fast, slow = run_bench(stock), run_bench(control)
     assert slow["meta"]["overlap_off"] and "overlap_off" not in fast["meta"]
     assert slow["summary"]["e2e_s"]["mean"] > 1.02 * fast["summary"]["e2e_s"]["mean"]
+
+
+@pytest.mark.parametrize("option", ["+cache=penelope", "+cache=histate"])
+def test_caches_keeping_sglangs_waiting_refresh_pin_the_name_it_runs_under(option: str):
+    extra = EXTRA.get(("cache", option.split("=")[1]), [])
+    lines = [f.line() for f in forced_flags(_plan(option, *extra))]
+    assert any("radix_eviction_policy=lru" in line and "refreshes" in line for line in lines)
+    with pytest.raises(ConfigError, match=r"sglang.radix_eviction_policy=lfu conflicts with \+cache"):
+        launch_fields(_plan(option, *extra, "sglang.radix_eviction_policy=lfu"))
+

@@ -29,8 +29,8 @@ def order(policy, views):
     return [v.block_id for v in sorted(views, key=policy.rank)]
 
 
-def test_declares_snapshots_and_only_that():
-    assert HistatePolicy.needs == EvictionNeeds(snapshots=True)
+def test_declares_snapshots_and_the_waiting_refresh_only():
+    assert HistatePolicy.needs == EvictionNeeds(snapshots=True, refresh_waiting=True)
     assert not HistatePolicy.needs.interior
 
 

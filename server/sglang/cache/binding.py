@@ -8,12 +8,17 @@ gaps: ours, through SGLang's cache registry (``gap_cache.py``), with page size
 an option that ranks a hybrid model's recurrent-state snapshots
 (``needs.snapshots``) needs the snapshot cache (``histate_cache.py``), through
 the same registry.
-Install: the matching one of the two, in every scheduler process.
+An order that asks for SGLang's waiting-prefix refresh (``needs.refresh_waiting``,
+e.g. LRU) keeps it: through the eviction seam, SGLang's own refresh stops (it
+runs under the ``lru`` name only), so ``refresh.py`` runs it again; the gap and
+snapshot caches leave SGLang's own running, pinned to that name.
+Install: the matching one of the three, in every scheduler process.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from compose.config import ConfigError
 from compose.specs import build_policy
@@ -41,6 +46,20 @@ class CacheBinding:
         fields = launch.fields
         if fields.get("disable_radix_cache"):
             raise ConfigError("+cache needs the prefix cache; remove sglang.disable_radix_cache")
+        needs = spec.needs_of()
+        if needs.interior or needs.snapshots:
+            if not needs.refresh_waiting:
+                # NOTE: these caches keep SGLang's own refresh, which cannot be turned off per order
+                raise ConfigError(f"+cache ({spec.target}) holds gaps or snapshots without the waiting-prefix "
+                                  "refresh SGLang runs for them; set EvictionNeeds.refresh_waiting")
+            return [*self._cache_flags(spec, fields),
+                    ForcedFlag("radix_eviction_policy", "lru", "SGLang refreshes the waiting queue's prefixes under this "
+                               "name only", control=False)]
+        return self._cache_flags(spec, fields)
+
+    @staticmethod
+    def _cache_flags(spec: PolicySpec, fields: Mapping[str, Any]) -> list[ForcedFlag]:
+        """The flags that select the option's cache (module docs)."""
         # NOTE: cache.host_tier_tokens with a tail-first cache is refused before (compose/compat.py)
         if spec.needs_of().snapshots:
             # NOTE: the hybrid model, the store's size and SGLang's host tier are checked before (compose/compat.py)
@@ -84,6 +103,11 @@ class CacheBinding:
             from server.sglang.cache.eviction import install_eviction_policy
 
             install_eviction_policy(cache)
+            if spec.needs_of().refresh_waiting:
+                from server.sglang.cache.refresh import WaitingPrefixRefresh
+
+                # NOTE: --radix-eviction-policy switchboard stopped SGLang's own (module docs)
+                parts.seams.append(lambda s: WaitingPrefixRefresh(s.tree_cache))
         parts.installed.append(f"cache={spec.target}")
 
     def extend_cli(self) -> None:

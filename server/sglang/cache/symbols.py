@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from server.sglang.launch.symbols import POLICY, HookedSymbol
 
-#: The eviction seam (``eviction.py``, ``names.py``) and the gap prefill walk (``gap_prefill.py``).
+#: The eviction seam (``eviction.py``, ``names.py``, ``refresh.py``) and the gap prefill walk (``gap_prefill.py``).
 EVICTION_SYMBOLS: tuple[HookedSymbol, ...] = (
     HookedSymbol("sglang.srt.mem_cache.evict_policy.EvictionStrategy.get_priority", ("self", "node")),
     HookedSymbol(f"{POLICY}.PrefillAdder._select_prefill_admission",
@@ -20,6 +20,13 @@ EVICTION_SYMBOLS: tuple[HookedSymbol, ...] = (
     HookedSymbol("sglang.srt.mem_cache.utils._EVICTION_POLICY_FACTORIES"),
     HookedSymbol("sglang.srt.arg_groups.choices.RADIX_EVICTION_POLICY_CHOICES"),
     HookedSymbol("sglang.srt.arg_groups.choices.add_radix_eviction_policy_choices"),
+    # the waiting-prefix refresh (refresh.py): SGLang's own, re-run for an order through the seam
+    HookedSymbol(f"{POLICY}.SchedulePolicy._touch_waiting_prefixes", ("self", "policy", "waiting_queue")),
+    HookedSymbol(f"{POLICY}.WAITING_PREFIX_REFRESH_INTERVAL"),
+    HookedSymbol(f"{POLICY}.WAITING_QUEUE_PREFIX_MATCH_MAX"),
+    HookedSymbol("sglang.srt.mem_cache.common.touch_waiting_prefix", ("req", "tree_cache")),
+    HookedSymbol("sglang.srt.environ.envs.SGLANG_ENABLE_WAITING_PREFIX_REFRESH"),
+    HookedSymbol("sglang.srt.runtime_context.get_disagg", ()),
 )
 
 _MC = "sglang.srt.mem_cache"

@@ -56,6 +56,7 @@ HOOKED_SYMBOLS: tuple[HookedSymbol, ...] = (
     HookedSymbol(f"{POLICY}.SchedulePolicy.calc_priority",
                  ("self", "waiting_queue", "running_batch", "processed_tokens")),
     HookedSymbol(f"{POLICY}.SchedulePolicy._determine_active_policy", ("self", "waiting_queue")),
+    HookedSymbol(f"{POLICY}.SchedulePolicy.waiting_queue_prefix_matched", ("self", "waiting_queue")),
     HookedSymbol(f"{POLICY}.PrefillAdder.add_one_req",
                  ("self", "req", "has_chunked_req", "truncation_align_size")),
     HookedSymbol(f"{POLICY}.AddReqResult"),

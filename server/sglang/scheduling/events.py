@@ -15,6 +15,7 @@ admitted       the same, once admitted (5)             ``OnAdmitted``
 queue order    ``SchedulePolicy.calc_priority`` (6)    ``SchedulerParts.order``;
                                                        the gate's ``revisit`` and
                                                        ``holds`` (deferred last)
+queue ordered  the end of ``calc_priority`` (6)        ``OnQueueOrdered``
 chunk limit    ``shortest_prefill_chunk_limit`` (6)    ``LimitsChunk``
 prefill walk   ``get_prefill_adder_class`` (7)         ``WrapsPrefillAdder``
 batch          ``run_batch`` (before, after) (9)       ``OnBatchFormed``,
@@ -56,6 +57,17 @@ class GatesArrival(Protocol):
 
     def holds(self, req: Any) -> bool:
         """Whether ``req`` waits deferred: the queue order puts it last, the walk stops at it."""
+        ...
+
+
+@runtime_checkable
+class OnQueueOrdered(Protocol):
+    """Told after each queue order, in the order the prefill walk will take."""
+
+    def queue_ordered(self, waiting_queue: list[Any], matched: bool) -> None:
+        """``waiting_queue`` is in its final order for this pass; ``matched``: this
+        pass prefix-matched every waiting request against the cache (SGLang's
+        ``waiting_queue_prefix_matched``)."""
         ...
 
 

@@ -7,7 +7,9 @@ policy (columns or views) and reorders ``waiting_queue`` in place. What other
 kinds add to the pass reaches it as the scheduler's event seams (``events.py``):
 the arrival gate revisits deferred requests and keeps them last
 (``GatesArrival``), and chunk limits (``LimitsChunk``, e.g. the gap cache's:
-a continuing chunk ends at the next gap) bound SGLang's own.
+a continuing chunk ends at the next gap) bound SGLang's own; seams told of
+the final order (``OnQueueOrdered``, e.g. the eviction seam's waiting-prefix
+refresh) hear it last.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from sglang.srt.managers.schedule_policy import SchedulePolicy
 
 from policies.scheduling import QueueView, SchedulingPolicy, check_permutation
 from policies.scheduling.columns import RanksColumns, check_ranking
-from server.sglang.scheduling.events import GatesArrival, LimitsChunk
+from server.sglang.scheduling.events import GatesArrival, LimitsChunk, OnQueueOrdered
 from server.sglang.scheduling.hook_clock import HOOK_CLOCK
 from server.sglang.scheduling.matching import MatchTracker
 from server.sglang.scheduling.queue_columns import QueueColumnStore
@@ -47,6 +49,7 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
                  *, order: SchedulingPolicy | None = None,
                  gate: GatesArrival | None = None,
                  chunk_limits: Sequence[LimitsChunk] = (),
+                 ordered: Sequence[OnQueueOrdered] = (),
                  prefill_clock: Callable[[], int] | None = None,
                  head_bounds: Callable[[Any], tuple[int | None, float]] | None = None) -> None:
         # NOTE: with our own order we run SGLang's cache-aware (lpm) slot, so the
@@ -57,6 +60,7 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
         self.order_policy = order
         self.gate = gate
         self.chunk_limits = tuple(chunk_limits)
+        self.ordered = tuple(ordered)
         self.prefill_clock = prefill_clock
         self.head_bounds = head_bounds
         """``running_batch -> (admit_limit, prefill_budget_tokens)`` of this pass."""
@@ -107,6 +111,10 @@ class SwitchboardSchedulePolicy(SchedulePolicy):
         if self.gate is not None:
             waiting_queue.sort(key=self.gate.holds)  # stable: deferred go last
             self.store.remember(None)  # NOTE: the rows no longer follow the queue
+        if self.ordered:
+            matched = self.waiting_queue_prefix_matched(waiting_queue)
+            for seam in self.ordered:
+                seam.queue_ordered(waiting_queue, matched)
         HOOK_CLOCK.add("order", own + time.perf_counter() - t)
 
     def _apply_order(self, waiting_queue: list[Any], running_batch: Any, clock: int) -> None:

@@ -36,6 +36,7 @@ from server.sglang.scheduling.events import (
     OnBatchFinished,
     OnBatchFormed,
     OnQueued,
+    OnQueueOrdered,
     WrapsPrefillAdder,
     one,
 )
@@ -98,13 +99,14 @@ def install_seams(scheduler: Any, parts: SchedulerParts) -> SchedulerState:
         on_batch_formed=[x for x in seams if isinstance(x, OnBatchFormed)],
         on_batch_finished=[x for x in seams if isinstance(x, OnBatchFinished)],
         adders=[x for x in seams if isinstance(x, WrapsPrefillAdder)],
-        chunk_limits=[x for x in seams if isinstance(x, LimitsChunk)])
+        chunk_limits=[x for x in seams if isinstance(x, LimitsChunk)],
+        on_queue_ordered=[x for x in seams if isinstance(x, OnQueueOrdered)])
     setattr(s, STATE_ATTR, state)
     order = parts.order
     s.policy = SwitchboardSchedulePolicy(
         s.schedule_policy, s.tree_cache, s.enable_hierarchical_cache,
         s.enable_priority_scheduling, s.schedule_low_priority_values_first,
-        order=order, gate=state.gate, chunk_limits=state.chunk_limits,
+        order=order, gate=state.gate, chunk_limits=state.chunk_limits, ordered=state.on_queue_ordered,
         prefill_clock=lambda: state.prefill_tokens,
         head_bounds=lambda running_batch: head_bounds(s, running_batch),
     )

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         OnBatchFinished,
         OnBatchFormed,
         OnQueued,
+        OnQueueOrdered,
         WrapsPrefillAdder,
     )
 
@@ -113,6 +114,7 @@ class SchedulerState:
     on_batch_finished: list[OnBatchFinished] = field(default_factory=list)
     adders: list[WrapsPrefillAdder] = field(default_factory=list)
     chunk_limits: list[LimitsChunk] = field(default_factory=list)
+    on_queue_ordered: list[OnQueueOrdered] = field(default_factory=list)
     """The subscribers of each event (``events.py``)."""
     prefill_tokens: int = 0
     """Switchboard's prefill-token clock (SGLang's own counter also grows on decode steps)."""
