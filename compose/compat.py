@@ -83,7 +83,7 @@ REFUSALS: tuple[Refusal, ...] = (
             "+adapters is not supported for {short}: SGLang disables LoRA on its dLLM path"),
     Refusal("gaps-on-block-pages", "cache", ModelKind.diffusion, lambda needs: needs.interior,
             "+cache ({option}) needs page_size 1; {short} pages KV by block"),
-    Refusal("queue-order-on-rounds", "policy", ModelKind.diffusion, lambda needs: not needs.diffusion,
+    Refusal("queue-order-on-rounds", "policy", ModelKind.diffusion, lambda needs: needs.rounds is None,
             "+policy ({option}) orders an autoregressive model's prefill queue, but {described}, "
             "whose requests take block rounds: " + _TO_ROUNDS),
     Refusal("speculation-on-rounds", "speculative", ModelKind.diffusion, lambda needs: True,
@@ -102,7 +102,7 @@ REFUSALS: tuple[Refusal, ...] = (
             "{to_hybrid}", hybrid=False),
     Refusal("snapshots-on-rounds", "cache", ModelKind.diffusion, lambda needs: needs.snapshots,
             "+cache ({option}) ranks recurrent-state snapshots with KV; {short} has none"),
-    Refusal("rounds-on-tokens", "policy", ModelKind.autoregressive, lambda needs: not needs.autoregressive,
+    Refusal("rounds-on-tokens", "policy", ModelKind.autoregressive, lambda needs: not needs.queue,
             "+policy ({option}) schedules a diffusion LM's block rounds, but {described}: {to_diffusion}"),
     Refusal("shared-rounds-on-renoise", "policy", ModelKind.diffusion,
             lambda needs: needs.sglang_native is None,

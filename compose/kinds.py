@@ -86,7 +86,7 @@ def load_binding(target: str) -> Any:
 
 #: Switchboard's own kinds, in the order hosts apply them.
 KINDS: tuple[Kind, ...] = (
-    Kind("policy", "scheduling", "SchedulingPolicy", "SchedulingNeeds",
+    Kind("policy", "scheduling", "SchedulingOption", "SchedulingNeeds",
          "server.sglang.scheduling.order_binding:BINDING", "bench.sim.bindings:SCHEDULING"),
     Kind("cache", "cache", "EvictionPolicy", "EvictionNeeds",
          "server.sglang.cache.binding:BINDING", "bench.sim.bindings:CACHE", host_settings=CacheHostConfig),

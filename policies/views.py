@@ -103,10 +103,6 @@ class RequestView:
     ends), so the tree the paths describe is the host's tree after this
     pass's matching."""
 
-    dllm: DllmView | None = None
-    """Block-round progress, for a request of a diffusion LM (``None`` for an
-    autoregressive model); see ``policies.scheduling.rounds``."""
-
     @property
     def num_uncached_tokens(self) -> int:
         """Tokens the prefill must actually compute."""

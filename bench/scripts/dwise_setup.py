@@ -21,9 +21,9 @@ from bench.sim.dllm import DllmSimulator, RooflineRoundCost, simulate, tiny_live
 from bench.traces.paths import REPO_ROOT
 from bench.traces.trace import Trace
 from policies.feedback import FinishedView
-from policies.scheduling import OrderDecision, QueueView, SchedulingNeeds
+from policies.scheduling import OrderDecision, SchedulingNeeds
 from policies.scheduling.dwise import DwisePolicy
-from policies.scheduling.rounds import denoise_rounds_bound
+from policies.scheduling.rounds import RoundView, denoise_rounds_bound
 
 DWISE_YAML = yaml.safe_load((REPO_ROOT / "conf" / "policy" / "dwise.yaml").read_text())
 #: The unit of load (module docs): full rounds of this many blocks; a block's share of one.
@@ -86,15 +86,15 @@ class RecordingDwise:
         self.arrival: dict[str, tuple[float, float]] = {}
         """rid -> (the regression's total denoising rounds, the capped value DWISE ranks by)."""
 
-    def order(self, queue: QueueView) -> OrderDecision:
-        for r in queue.requests:
-            if r.rid not in self.arrival and r.dllm is not None:
-                est = self.inner.estimate_denoise_rounds(r, r.dllm)
+    def order_round(self, view: RoundView) -> OrderDecision:
+        for r in view.requests:
+            if r.rid not in self.arrival:
+                est = self.inner.estimate_denoise_rounds(r.request, r.progress)
                 capped = max(est, 1.0)
                 if self.inner.cap_by_max_new_tokens:
-                    capped = min(capped, denoise_rounds_bound(r, r.dllm))
+                    capped = min(capped, denoise_rounds_bound(r.request, r.progress))
                 self.arrival[r.rid] = (est, capped)
-        return self.inner.order(queue)
+        return self.inner.order_round(view)
 
     def observe_finished(self, view: FinishedView) -> None:
         self.inner.observe_finished(view)

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from compose.specs import PolicySpec
     from policies.cache import EvictionPolicy
     from policies.feedback import ObservesFinished
-    from policies.scheduling import SchedulingPolicy
+    from policies.scheduling import SchedulingOption, SchedulingPolicy
 
 
 class Scope(StrEnum):
@@ -62,7 +62,10 @@ class SimParts:
     handed to ``build_simulator``; a ``Scope.gateway`` record once per run."""
 
     order: SchedulingPolicy | None = None
-    """Queue (or dLLM round) order (``WaitingQueue``; ``None``: SGLang's own)."""
+    """Queue order (``WaitingQueue``; ``None``: SGLang's own)."""
+    rounds: SchedulingOption | None = None
+    """A diffusion LM's round order (``bench.sim.dllm``: the option's ``RoundsPolicy``
+    face, or a built-in SGLang runs itself; ``None``: SGLang's own)."""
     eviction: EvictionPolicy | None = None
     """Prefix-cache eviction order (``PrefixCache``; ``None``: SGLang's LRU)."""
     host_tier_tokens: int = 0

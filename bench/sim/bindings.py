@@ -3,7 +3,7 @@
 Each attaches the policy object to the simulator part that mirrors the SGLang
 seam the server binding hooks (``bench/sim/__init__.py``'s table):
 
-* ``+policy``    → ``queue.WaitingQueue`` (and, for a diffusion LM, the dLLM rounds);
+* ``+policy``    → ``queue.WaitingQueue`` (or, for a diffusion LM, the dLLM rounds);
 * ``+cache``     → ``cache.PrefixCache``;
 * ``+admission`` → ``admission.AdmissionGate``, a seam on the arrival event;
 * ``+adapters``  → ``adapters.AdapterSeam`` (``AdapterSlotTable``, the request mix from
@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING
 from bench.sim.adapters import ADAPTER_EVICTIONS, ADAPTER_LOADS, AdapterMix, AdapterSeam, AdapterSlotTable
 from bench.sim.admission import add_gate
 from bench.sim.binding import Scope, SimParts
+from compose.config import ConfigError
 from compose.specs import build_policy
+from policies.scheduling.rounds import missing_face
 
 if TYPE_CHECKING:
     from bench.config import BenchSettings
@@ -27,13 +29,22 @@ if TYPE_CHECKING:
 
 
 class _OrderBinding:
-    """``+policy``: the waiting queue's (or the dLLM rounds') order."""
+    """``+policy``: the waiting queue's order, or on a diffusion LM the dLLM rounds' (the
+    served model picks the face, as on the server)."""
 
     scope = Scope.replica
     counters: tuple[str, ...] = ()
 
     def attach(self, spec: PolicySpec, settings: BenchSettings, parts: SimParts) -> None:
-        parts.order = build_policy(spec)
+        policy = build_policy(spec)
+        missing = missing_face(policy, policy.needs)
+        if missing is not None:
+            raise ConfigError(f"+policy ({spec.target}): its needs promise {missing}, which it does not implement")
+        # NOTE: compose/compat.py refused an option without the served model's face before
+        if settings.sim.dllm.enabled:
+            parts.rounds = policy
+        else:
+            parts.order = policy
 
 
 class _CacheBinding:

@@ -106,7 +106,7 @@ def _diffusion_server(settings: BenchSettings, trace: Trace, cost: CostModel, si
     """A diffusion LM's block rounds (``sim.dllm.enabled``; ``bench/sim/dllm``)."""
     from bench.sim.dllm import simulate as simulate_rounds
 
-    order = sim_parts(settings, Scope.replica).order
+    order = sim_parts(settings, Scope.replica).rounds
     records, timeline, meta, _ = simulate_rounds(trace, settings.sim.dllm, cost, order,
                                                  settings.sim.max_running_requests, settings.metrics.timeline_dt_s,
                                                  sim_settings.capacity, on_final=on_final)

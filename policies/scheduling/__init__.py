@@ -19,9 +19,11 @@ Large queues: a policy that can decide from numbers alone also implements
 ``rank(QueueColumns)`` (``policies.scheduling.columns``); the server then keeps
 the queue as columns across passes and never builds per-request views.
 
-Diffusion LMs: a policy whose ``needs.diffusion`` is set is called once per
-block round instead, with waiting and admitted requests together
-(``policies.scheduling.rounds``).
+Diffusion LMs: a policy whose ``needs.rounds`` is set orders a diffusion LM's
+block rounds instead: its own contract (``policies.scheduling.rounds``: the
+``RoundsPolicy`` face, ``RoundView``, ``RoundsNeeds``), called once per round
+with waiting and admitted requests together. One option may have both faces;
+the served model picks which one a host calls.
 
 What a policy needs from its host, or lets it skip, it declares in one
 ``SchedulingNeeds`` (its ``needs`` attribute); hosts read nothing else off a
@@ -66,22 +68,36 @@ class SchedulingNeeds:
     """Decoder layer whose input hidden state the host captures at each
     request's last prompt token (``RequestView.features``), available only
     after the request's prefill; ``None``: no capture (and no cost)."""
-    autoregressive: bool = True
+    queue: bool = True
     """The policy orders an autoregressive model's prefill queue (the contract
-    above); ``False``: hosts refuse it for such a model, naming the reason."""
-    diffusion: bool = False
+    above, ``SchedulingPolicy.order``); ``False``: it orders only a diffusion
+    LM's rounds, and hosts refuse it for an autoregressive model, naming the
+    reason."""
+    rounds: RoundsNeeds | None = None
     """The policy orders a diffusion LM's block rounds (the contract of
-    ``policies.scheduling.rounds``); ``False``: hosts refuse it for a
-    diffusion LM unless ``sglang_native`` names SGLang's own order there."""
-    dllm_slots: int | None = None
-    """Diffusion: requests that hold a slot (and their KV) at once; the server
-    sets SGLang's ``max_running_requests`` to it. ``None``: the host's setting."""
-    dllm_round_blocks: int | None = None
-    """Diffusion: blocks one round takes at most (the round's capacity: one
-    forward over that many blocks); ``None``: one per slot, SGLang's budget."""
+    ``policies.scheduling.rounds``), and needs this from the host there;
+    ``None``: hosts refuse it for a diffusion LM. NOTE: every round field
+    lives in ``RoundsNeeds``; an order of an autoregressive queue only
+    carries none."""
+
+
+@dataclass(frozen=True)
+class RoundsNeeds:
+    """What an order of a diffusion LM's block rounds needs from its host
+    (``SchedulingNeeds.rounds``; the contract: ``policies.scheduling.rounds``).
+
+    NOTE: stated once, by the option (its YAML's parameters); both hosts read
+    the round's shape through ``rounds.round_shape``."""
+
+    slots: int | None = None
+    """Requests that hold a slot (and their KV) at once; the server sets
+    SGLang's ``max_running_requests`` to it. ``None``: the host's setting."""
+    round_blocks: int | None = None
+    """Blocks one round takes at most (the round's capacity: one forward over
+    that many blocks); ``None``: one per slot, SGLang's budget."""
     denoise_hidden_state: bool = False
-    """Diffusion: after a request's first denoising round the host gives the
-    mean of the final-layer hidden states over that round's block as
+    """After a request's first denoising round the host gives the mean of the
+    final-layer hidden states over that round's block as
     ``RequestView.features`` (``None`` before)."""
 
 
@@ -115,6 +131,17 @@ class OrderDecision:
 
 
 @runtime_checkable
+class SchedulingOption(Protocol):
+    """Any ``+policy`` option (the kind's contract): an order of an autoregressive
+    model's queue (``SchedulingPolicy``), of a diffusion LM's block rounds
+    (``rounds.RoundsPolicy``), or both, as its ``needs`` say (``queue``,
+    ``rounds``); ``rounds.missing_face`` checks the two agree."""
+
+    needs: SchedulingNeeds
+    """What the policy needs from its host (``SchedulingNeeds``)."""
+
+
+@runtime_checkable
 class SchedulingPolicy(Protocol):
     """Orders the waiting queue for the next prefill batch (see module docs)."""
 
@@ -137,9 +164,14 @@ def check_permutation(queue: QueueView, decision: OrderDecision) -> None:
     NOTE: hosts call this on every decision; a policy that drops or invents a
     request would otherwise lose or duplicate work silently.
     """
-    expected = {r.rid for r in queue.requests}
+    check_rids([r.rid for r in queue.requests], decision)
+
+
+def check_rids(rids: list[str], decision: OrderDecision) -> None:
+    """Raise ``ValueError`` unless ``decision`` is a permutation of ``rids`` (``check_permutation``)."""
+    expected = set(rids)
     # NOTE: rids are unique in a queue, so equal length + equal sets = a permutation
-    if len(decision.order) != len(queue.requests) or set(decision.order) != expected:
+    if len(decision.order) != len(rids) or set(decision.order) != expected:
         missing = set(expected) - set(decision.order)
         extra = set(decision.order) - set(expected)
         raise ValueError(

@@ -38,8 +38,8 @@ from pathlib import Path
 
 from policies.feedback import FinishedView
 from policies.predictors.rounds import ArrivalRoundsRegression, RoundsRefiner
-from policies.scheduling import OrderDecision, QueueView, SchedulingNeeds
-from policies.scheduling.rounds import denoise_rounds_bound
+from policies.scheduling import OrderDecision, RoundsNeeds, SchedulingNeeds
+from policies.scheduling.rounds import RoundRequestView, RoundView, denoise_rounds_bound
 from policies.views import DllmView, RequestView
 
 
@@ -52,11 +52,13 @@ class DwisePolicy:
                  record_hidden_state: bool = False, cap_by_max_new_tokens: bool = True) -> None:
         if slots < 1 or not 1 <= round_blocks <= slots or max_wait_rounds < 1:
             raise ValueError("need slots >= 1, 1 <= round_blocks <= slots and max_wait_rounds >= 1")
-        self.needs = SchedulingNeeds(cache_hits=False, autoregressive=False, diffusion=True,
-                                     dllm_slots=slots, dllm_round_blocks=round_blocks,
-                                     denoise_hidden_state=refiner_path is not None or record_hidden_state)
-        """Diffusion only; no prefix matching; the hidden-state capture only
-        when a refiner is loaded or the features are recorded for fitting one."""
+        self.needs = SchedulingNeeds(
+            cache_hits=False, queue=False,
+            rounds=RoundsNeeds(slots=slots, round_blocks=round_blocks,
+                               denoise_hidden_state=refiner_path is not None or record_hidden_state))
+        """Rounds only (no prefill queue); no prefix matching; the hidden-state
+        capture only when a refiner is loaded or the features are recorded for
+        fitting one."""
         self.max_wait_rounds = max_wait_rounds
         self.cap_by_max_new_tokens = cap_by_max_new_tokens
         self.online = online
@@ -70,31 +72,25 @@ class DwisePolicy:
         prompt_tokens = request.num_input_tokens - request.num_output_tokens
         return self.arrival.predict(dllm.prompt_words, dllm.prompt_lines, prompt_tokens)
 
-    def work_left(self, request: RequestView) -> float:
+    def work_left(self, entry: RoundRequestView) -> float:
         """Estimated rounds left: prompt blocks + denoising rounds (>= 1 each part)."""
-        dllm = _dllm(request)
+        request, dllm = entry.request, entry.progress
         denoise = max(self.estimate_denoise_rounds(request, dllm) - dllm.denoise_rounds, 1.0)
         if self.cap_by_max_new_tokens:
             denoise = min(denoise, denoise_rounds_bound(request, dllm))
         return dllm.prompt_blocks_left + denoise
 
-    def order(self, queue: QueueView) -> OrderDecision:
-        def key(r: RequestView) -> tuple[int, float, int]:
-            waited = _dllm(r).rounds_waited
+    def order_round(self, view: RoundView) -> OrderDecision:
+        def key(r: RoundRequestView) -> tuple[int, float, int]:
+            waited = r.progress.rounds_waited
             if waited >= self.max_wait_rounds:
                 return 0, -waited, r.arrival_seq
             return 1, self.work_left(r), r.arrival_seq
 
-        return OrderDecision(tuple(r.rid for r in sorted(queue.requests, key=key)))
+        return OrderDecision(tuple(r.rid for r in sorted(view.requests, key=key)))
 
     def observe_finished(self, view: FinishedView) -> None:
         if not self.online or view.aborted or view.dllm is None:
             return
         d = view.dllm
         self.arrival.update(d.prompt_words, d.prompt_lines, view.num_input_tokens, d.denoise_rounds)
-
-
-def _dllm(request: RequestView) -> DllmView:
-    if request.dllm is None:
-        raise ValueError(f"request {request.rid} has no block-round progress (DWISE orders a diffusion LM's rounds)")
-    return request.dllm

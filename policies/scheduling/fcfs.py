@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from policies.scheduling import OrderDecision, QueueView, SchedulingNeeds
+from policies.scheduling import OrderDecision, QueueView, RoundsNeeds, SchedulingNeeds
 
 
 @dataclass(frozen=True)
@@ -16,7 +16,8 @@ class FcfsPolicy:
     For a diffusion LM it is SGLang's stock dLLM scheduling (arrival order into
     the slots, prompt blocks before denoising blocks)."""
 
-    needs: ClassVar[SchedulingNeeds] = SchedulingNeeds(sglang_native="fcfs", diffusion=True)
+    needs: ClassVar[SchedulingNeeds] = SchedulingNeeds(sglang_native="fcfs", rounds=RoundsNeeds())
+    """SGLang's own order of the queue and of a diffusion LM's rounds (its slots, its budget)."""
 
     def order(self, queue: QueueView) -> OrderDecision:
         return OrderDecision(tuple(r.rid for r in queue.requests))

@@ -8,13 +8,16 @@ out: a block takes 2 to ``masks + 1`` rounds). A prompt block and a denoising
 step are the same forward over one block, so they cost the same and can share
 a round.
 
-Contract (the host's side), for a policy whose ``needs.diffusion`` is set:
-  * Once per round the host calls ``policy.order(queue)`` with every unfinished
-    request, waiting or admitted, each with ``RequestView.dllm`` set.
+Contract (the host's side), for a policy whose ``needs.rounds`` is set
+(``RoundsNeeds``) and that is no SGLang built-in (``needs.sglang_native``):
+  * Once per round the host calls ``policy.order_round(view)`` (``RoundsPolicy``)
+    with every unfinished request, waiting or admitted, each a
+    ``RoundRequestView``: what any order sees of it and its block-round
+    progress (``DllmView``).
   * It walks the order. An admitted request gets one block. A waiting request
-    is admitted first when one of the ``needs.dllm_slots`` slots is free; when
+    is admitted first when one of the ``rounds.slots`` slots is free; when
     none is, it is passed over (a full set of slots does not end the walk).
-    The walk ends when the round holds ``needs.dllm_round_blocks`` blocks, or
+    The walk ends when the round holds ``rounds.round_blocks`` blocks, or
     at the first block the KV pool cannot take.
   * A request passed over keeps its slot, its KV and its partly denoised
     block; nothing is preempted.
@@ -26,12 +29,73 @@ permutation of the rids, deterministic, ties broken by ``arrival_seq``).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
+from policies.scheduling import OrderDecision, SchedulingNeeds, SchedulingPolicy, check_rids
 from policies.views import DllmView, RequestView
 
-if TYPE_CHECKING:
-    from policies.scheduling import SchedulingNeeds
+
+@dataclass(frozen=True, slots=True)
+class RoundRequestView:
+    """One unfinished request of a diffusion LM at a round."""
+
+    request: RequestView
+    """What any order sees of it (its prompt, output so far, arrival, features)."""
+    progress: DllmView
+    """Its progress in block rounds, as the host counts it now."""
+
+    @property
+    def rid(self) -> str:
+        return self.request.rid
+
+    @property
+    def arrival_seq(self) -> int:
+        return self.request.arrival_seq
+
+
+@dataclass(frozen=True, slots=True)
+class RoundView:
+    """Every unfinished request at one round: admitted ones first, then waiting
+    ones, each group in the host's order."""
+
+    requests: tuple[RoundRequestView, ...]
+    now: float = 0.0
+    """Host time of this round, in seconds."""
+    num_admitted: int = 0
+    """Requests holding a slot."""
+
+
+@runtime_checkable
+class RoundsPolicy(Protocol):
+    """Orders a diffusion LM's block rounds (see module docs)."""
+
+    needs: SchedulingNeeds
+    """What the policy needs from its host; ``needs.rounds`` is set."""
+
+    def order_round(self, view: RoundView) -> OrderDecision:
+        """Return every unfinished request's rid, best first."""
+        ...
+
+
+def check_round(view: RoundView, decision: OrderDecision) -> None:
+    """Raise ``ValueError`` unless ``decision`` is a permutation of the round's rids.
+
+    NOTE: hosts call this on every round's decision (``check_permutation``'s twin)."""
+    check_rids([r.rid for r in view.requests], decision)
+
+
+def missing_face(policy: object, needs: SchedulingNeeds) -> str | None:
+    """The face ``needs`` promise that ``policy`` lacks, or ``None``.
+
+    NOTE: ``needs.queue`` promises ``order`` (``SchedulingPolicy``); ``needs.rounds``
+    promises ``order_round`` (``RoundsPolicy``) unless SGLang runs its own
+    rounds (``sglang_native``). Hosts check before they call either."""
+    if needs.queue and not isinstance(policy, SchedulingPolicy):
+        return "order (an autoregressive model's prefill queue)"
+    if needs.rounds is not None and needs.sglang_native is None and not isinstance(policy, RoundsPolicy):
+        return "order_round (a diffusion LM's block rounds)"
+    return None
 
 
 def blocks_left(request: RequestView, dllm: DllmView) -> int:
@@ -62,10 +126,11 @@ def round_shape(needs: SchedulingNeeds, max_running_requests: int) -> tuple[int,
     whose own request slots are ``max_running_requests``.
 
     NOTE: the one statement of the rule both hosts follow (the server's round
-    scheduler and the simulator's): the order's ``dllm_slots`` or the host's
-    slots; its ``dllm_round_blocks`` or one block per slot. SGLang's own order
+    scheduler and the simulator's): the order's ``rounds.slots`` or the host's
+    slots; its ``rounds.round_blocks`` or one block per slot. SGLang's own order
     (``sglang_native``) keeps the host's slots and budget."""
-    if needs.sglang_native is not None:
+    rounds = needs.rounds
+    if needs.sglang_native is not None or rounds is None:
         return max_running_requests, max_running_requests
-    slots = needs.dllm_slots or max_running_requests
-    return slots, needs.dllm_round_blocks or slots
+    slots = rounds.slots or max_running_requests
+    return slots, rounds.round_blocks or slots

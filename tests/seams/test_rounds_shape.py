@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import inspect
 
-from policies.scheduling import SchedulingNeeds
+from policies.scheduling import RoundsNeeds, SchedulingNeeds
 from policies.scheduling.dwise import DwisePolicy
 from policies.scheduling.rounds import round_shape
 
 
 def test_the_order_fixes_slots_and_blocks_else_the_host_does():
-    assert round_shape(SchedulingNeeds(diffusion=True, dllm_slots=32, dllm_round_blocks=8), 4) == (32, 8)
-    assert round_shape(SchedulingNeeds(diffusion=True, dllm_slots=32), 4) == (32, 32)
-    assert round_shape(SchedulingNeeds(diffusion=True), 4) == (4, 4)
+    assert round_shape(SchedulingNeeds(rounds=RoundsNeeds(slots=32, round_blocks=8)), 4) == (32, 8)
+    assert round_shape(SchedulingNeeds(rounds=RoundsNeeds(slots=32)), 4) == (32, 32)
+    assert round_shape(SchedulingNeeds(rounds=RoundsNeeds()), 4) == (4, 4)
     # SGLang's own order keeps the host's slots and budget
-    assert round_shape(SchedulingNeeds(sglang_native="fcfs", dllm_slots=32, dllm_round_blocks=8), 4) == (4, 4)
-    assert round_shape(DwisePolicy().needs, 1) == (DwisePolicy().needs.dllm_slots,
-                                                   DwisePolicy().needs.dllm_round_blocks)
+    assert round_shape(SchedulingNeeds(sglang_native="fcfs", rounds=RoundsNeeds(slots=32, round_blocks=8)), 4) == (4, 4)
+    rounds = DwisePolicy().needs.rounds
+    assert rounds is not None and round_shape(DwisePolicy().needs, 1) == (rounds.slots, rounds.round_blocks)
 
 
 def test_both_hosts_read_the_one_rule():
@@ -26,4 +26,4 @@ def test_both_hosts_read_the_one_rule():
 
     for module in (build, dllm):
         source = inspect.getsource(module)
-        assert "round_shape(" in source and "dllm_round_blocks or" not in source, module.__name__
+        assert "round_shape(" in source and "round_blocks or" not in source, module.__name__

@@ -2,7 +2,7 @@
 
 ``sim.dllm.*`` (``bench.schema.DllmSimConfig``) picks the block size, the
 per-block rounds model and the round cost; the slots and round capacity come
-from the policy (``needs.dllm_slots``, ``needs.dllm_round_blocks``: the server
+from the policy (``needs.rounds``: ``slots``, ``round_blocks``; the server
 sets SGLang's ``max_running_requests`` to the slots) or, for SGLang's own
 scheduling, from ``sim.max_running_requests`` (null = 1, SGLang's dLLM
 default; capacity = slots).
@@ -23,7 +23,7 @@ from bench.sim.dllm.cost import LinearRoundCost, RooflineRoundCost, RoundCost
 from bench.sim.dllm.engine import DllmParams, DllmSimulator
 from bench.sim.dllm.oracle import OracleDwise
 from bench.traces.trace import Trace
-from policies.scheduling import SchedulingPolicy
+from policies.scheduling import SchedulingOption
 from policies.scheduling.dwise import DwisePolicy
 from policies.scheduling.rounds import round_shape
 
@@ -45,13 +45,13 @@ def round_cost(cfg: DllmSimConfig, cost: CostModel) -> RoundCost:
     return RooflineRoundCost(cost, cfg.block_size)
 
 
-def slots_of(policy: SchedulingPolicy | None, max_running_requests: int | None) -> tuple[int, int]:
+def slots_of(policy: SchedulingOption | None, max_running_requests: int | None) -> tuple[int, int]:
     """``(slots, round_blocks)`` for a run (module docs)."""
     base = 1 if max_running_requests is None else max_running_requests
     return (base, base) if policy is None else round_shape(policy.needs, base)
 
 
-def oracle_of(policy: SchedulingPolicy | None) -> OracleDwise:
+def oracle_of(policy: SchedulingOption | None) -> OracleDwise:
     """The bench-only oracle twin of a DWISE policy: its slots, capacity and aging."""
     # NOTE: the oracle is DWISE with the true work left (``OracleDwise``): it needs DWISE's own aging bound
     if not isinstance(policy, DwisePolicy):
@@ -60,7 +60,7 @@ def oracle_of(policy: SchedulingPolicy | None) -> OracleDwise:
     return OracleDwise(slots, blocks, policy.max_wait_rounds)
 
 
-def params_of(cfg: DllmSimConfig, cost: CostModel, policy: SchedulingPolicy | None,
+def params_of(cfg: DllmSimConfig, cost: CostModel, policy: SchedulingOption | None,
               max_running_requests: int | None) -> DllmParams:
     slots, blocks = slots_of(policy, max_running_requests)
     return DllmParams(block_size=cfg.block_size, slots=slots, round_blocks=blocks, rounds=rounds_model(cfg),
@@ -120,7 +120,7 @@ def run_meta(sim: DllmSimulator, order: str, cfg: DllmSimConfig) -> dict[str, An
     }
 
 
-def simulate(trace: Trace, cfg: DllmSimConfig, cost: CostModel, policy: SchedulingPolicy | None,
+def simulate(trace: Trace, cfg: DllmSimConfig, cost: CostModel, policy: SchedulingOption | None,
              max_running_requests: int | None, timeline_dt_s: float = 1.0, capacity: int = 1,
              on_final: Any = None) -> tuple[list[RequestRecord], Timeline, dict[str, Any], DllmSimulator]:
     """Run ``trace`` in dLLM mode under ``policy`` (``None``: SGLang's own

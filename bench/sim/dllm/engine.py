@@ -16,9 +16,9 @@ docs/dwise-notes.md §2, §3.2):
   prompt, only those run this round (prefill first); else every admitted one
   runs (the budget ``slots x B`` takes one block from each).
 
-A diffusion policy (``needs.diffusion``; ``policies/scheduling/rounds.py``):
-once per round ``policy.order`` over every unfinished request (admitted, then
-waiting, in arrival order, each with ``RequestView.dllm``); the walk gives an
+A round order (``needs.rounds``, ``RoundsPolicy``; ``policies/scheduling/rounds.py``):
+once per round ``policy.order_round`` over every unfinished request (admitted,
+then waiting, in arrival order, each a ``RoundRequestView``); the walk gives an
 admitted request one block, admits a waiting one into a free slot (else
 passes over it) and stops at ``round_blocks`` blocks. Prompt and denoising
 blocks share rounds. ``RequestView.features`` stays ``None`` (no hidden
@@ -40,7 +40,8 @@ from bench.sim.dllm.request import DllmRequest, block_plan
 from bench.sim.engine import SimulationError
 from bench.traces.trace import Trace, TraceRequest
 from policies.feedback import FinishedView, ObservesFinished
-from policies.scheduling import QueueView, SchedulingPolicy, check_permutation
+from policies.scheduling import SchedulingOption
+from policies.scheduling.rounds import RoundsPolicy, RoundView, check_round
 
 
 @dataclass(frozen=True)
@@ -70,15 +71,18 @@ class DllmParams:
 class DllmSimulator:
     """Replays a trace through dLLM block rounds (module docs)."""
 
-    def __init__(self, trace: Trace, params: DllmParams, policy: SchedulingPolicy | None = None,
+    def __init__(self, trace: Trace, params: DllmParams, policy: SchedulingOption | None = None,
                  check_every_round: bool = False) -> None:
         self.trace = trace
         self.p = params
-        self.policy = policy
         self.native = policy is None or policy.needs.sglang_native is not None
-        if not self.native and policy is not None and not policy.needs.diffusion:
-            raise SimulationError(f"{type(policy).__name__} does not order a diffusion LM's rounds")
         faces: object = policy  # NOTE: optional faces, checked at runtime
+        self.policy: RoundsPolicy | None = None
+        """The round order this loop calls (``None``: SGLang's own rounds)."""
+        if not self.native:
+            if not isinstance(faces, RoundsPolicy) or faces.needs.rounds is None:
+                raise SimulationError(f"{type(policy).__name__} does not order a diffusion LM's rounds")
+            self.policy = faces
         if isinstance(faces, ReadsHiddenTruth):
             faces.bind_truth(self.true_rounds_left)  # NOTE: bench-only oracle
         self.observers: list[ObservesFinished] = [faces] if isinstance(faces, ObservesFinished) else []
@@ -168,10 +172,9 @@ class DllmSimulator:
         """The diffusion contract: one order, one walk (module docs)."""
         assert self.policy is not None
         views = tuple(r.view(self.round) for r in itertools.chain(self.admitted.values(), self.waiting.values()))
-        queue = QueueView(requests=views, now=self.now, processed_tokens=self.blocks_run * self.p.block_size,
-                          num_running=len(self.admitted))
-        decision = self.policy.order(queue)
-        check_permutation(queue, decision)
+        view = RoundView(requests=views, now=self.now, num_admitted=len(self.admitted))
+        decision = self.policy.order_round(view)
+        check_round(view, decision)
         free = self.p.slots - len(self.admitted)
         chosen: list[DllmRequest] = []
         for rid in decision.order:

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-from policies.scheduling import OrderDecision, QueueView, SchedulingNeeds
-from policies.views import RequestView
+from policies.scheduling import OrderDecision, RoundsNeeds, SchedulingNeeds
+from policies.scheduling.rounds import RoundRequestView, RoundView
 
 
 @runtime_checkable
@@ -34,24 +34,24 @@ class OracleDwise:
     def __init__(self, slots: int, round_blocks: int, max_wait_rounds: int) -> None:
         if slots < 1 or not 1 <= round_blocks <= slots or max_wait_rounds < 1:
             raise ValueError("need slots >= 1, 1 <= round_blocks <= slots and max_wait_rounds >= 1")
-        self.needs = SchedulingNeeds(cache_hits=False, autoregressive=False, diffusion=True,
-                                     dllm_slots=slots, dllm_round_blocks=round_blocks)
+        self.needs = SchedulingNeeds(cache_hits=False, queue=False,
+                                     rounds=RoundsNeeds(slots=slots, round_blocks=round_blocks))
         self.max_wait_rounds = max_wait_rounds
         self._rounds_left: Callable[[str], int] | None = None
 
     def bind_truth(self, rounds_left: Callable[[str], int]) -> None:
         self._rounds_left = rounds_left
 
-    def order(self, queue: QueueView) -> OrderDecision:
+    def order_round(self, view: RoundView) -> OrderDecision:
         truth = self._rounds_left
         if truth is None:
             raise RuntimeError("OracleDwise runs only inside the dLLM simulator (no truth bound)")
 
-        def key(r: RequestView) -> tuple[int, int, int]:
-            # NOTE: the same key shape as DwisePolicy.order, truth in place of the estimate
-            waited = r.dllm.rounds_waited if r.dllm is not None else 0
+        def key(r: RoundRequestView) -> tuple[int, int, int]:
+            # NOTE: the same key shape as DwisePolicy.order_round, truth in place of the estimate
+            waited = r.progress.rounds_waited
             if waited >= self.max_wait_rounds:
                 return 0, -waited, r.arrival_seq
             return 1, truth(r.rid), r.arrival_seq
 
-        return OrderDecision(tuple(r.rid for r in sorted(queue.requests, key=key)))
+        return OrderDecision(tuple(r.rid for r in sorted(view.requests, key=key)))

@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 
 from bench.traces.trace import TraceRequest
+from policies.scheduling.rounds import RoundRequestView
 from policies.views import DllmView, RequestView
 
 
@@ -137,14 +138,15 @@ class DllmRequest:
             return self.prompt_done * self.block_size
         return (self.prompt_tokens - self.prompt_tokens % self.block_size) + self.block_size * self.block_index
 
-    def view(self, round_index: int) -> RequestView:
-        """What a diffusion policy sees (``policies.scheduling.rounds``)."""
+    def view(self, round_index: int) -> RoundRequestView:
+        """What a round order sees (``policies.scheduling.rounds``)."""
         out = self.output_committed
-        return RequestView(
-            rid=self.rid, arrival_seq=self.seq, arrival_time=self.arrival_s,
-            num_input_tokens=self.prompt_tokens + out, max_new_tokens=self.max_new_tokens,
-            num_output_tokens=out, session_id=self.trace.session_id, priority=self.trace.priority,
-            dllm=DllmView(
+        return RoundRequestView(
+            RequestView(
+                rid=self.rid, arrival_seq=self.seq, arrival_time=self.arrival_s,
+                num_input_tokens=self.prompt_tokens + out, max_new_tokens=self.max_new_tokens,
+                num_output_tokens=out, session_id=self.trace.session_id, priority=self.trace.priority),
+            DllmView(
                 block_size=self.block_size, prompt_blocks_left=self.plan.prompt_blocks - self.prompt_done,
                 denoise_rounds=self.denoise_rounds, rounds_waited=max(0, round_index - self.last_round),
                 admitted=self.admitted, masks_left=self.masks_left, rounds_run=self.rounds_run,

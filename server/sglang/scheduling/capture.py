@@ -15,7 +15,7 @@ layer, for every token in the batch. The hook keeps the rows of each
 sequence's last token; the scheduler attaches them to the batch's requests
 after ``run_batch``. Same code on CPU and GPU.
 
-``DenoiseHiddenCapture`` (``needs.denoise_hidden_state``, diffusion LMs): the
+``DenoiseHiddenCapture`` (``needs.rounds.denoise_hidden_state``, diffusion LMs): the
 mean of the final-layer hidden states over a request's block in its first
 denoising round. A forward pre-hook on the model's ``logits_processor`` (SGLang
 calls it with the final hidden states of every row of the round) keeps each

@@ -5,11 +5,12 @@ docs/lifecycle.md). SGLang's dLLM path (``SchedulerDllmMixin``) forms each
 round in ``get_new_batch_dllm``: it moves the waiting queue's head into
 ``DllmManager`` (``_fetch_waiting_reqs``: the slots), then offers the
 manager's requests to a ``PrefillAdder`` prompt-phase first
-(``_process_dllm_batches``). For a policy with ``needs.diffusion`` the
-scheduler subclass replaces both with ``DllmRounds``:
+(``_process_dllm_batches``). For a policy ordering the rounds (``needs.rounds``,
+``RoundsPolicy``) the scheduler subclass replaces both with ``DllmRounds``:
 
-* ``fetch``: one ``policy.order`` over every unfinished request, admitted
-  (in the manager) and waiting, each a ``RequestView`` with ``dllm`` set;
+* ``fetch``: one ``policy.order_round`` over every unfinished request, admitted
+  (in the manager) and waiting, each a ``RoundRequestView`` (its
+  ``RequestView`` and its ``DllmView``);
   waiting requests take free slots in that order (deferred ones never);
 * ``walk``: the manager's requests in that order, one block each, prompt and
   denoising blocks alike, until the round holds ``round_blocks`` blocks or the
@@ -32,9 +33,8 @@ from sglang.srt.dllm.mixin.req import DllmReqPhase
 from sglang.srt.managers.schedule_policy import AddReqResult
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-from policies.scheduling import QueueView, SchedulingPolicy, check_permutation
-from policies.scheduling.rounds import round_shape
-from policies.views import DllmView, RequestView
+from policies.scheduling.rounds import RoundRequestView, RoundsPolicy, RoundView, check_round, round_shape
+from policies.views import DllmView
 from server.sglang.scheduling.dllm_counts import DllmState
 from server.sglang.scheduling.state import kind_record, put_kind_record, scheduler_state
 from server.sglang.scheduling.views import request_view
@@ -62,17 +62,10 @@ def dllm_view(req: Any, state: DllmState, mask_id: int, round_index: int, admitt
     )
 
 
-def finished_dllm_view(req: Any) -> DllmView | None:
-    """The final counts of a diffusion LM's request leaving the system (``None``
-    for a request the round host never saw)."""
-    state = state_of(req)
-    return None if state is None else state.view(prompt_blocks_left=0)
-
-
 class DllmRounds:
     """One scheduler's diffusion rounds under a diffusion policy (see module docs)."""
 
-    def __init__(self, scheduler: Any, order: SchedulingPolicy) -> None:
+    def __init__(self, scheduler: Any, order: RoundsPolicy) -> None:
         self.s = scheduler
         self.order = order
         cfg = scheduler.dllm_config
@@ -103,13 +96,13 @@ class DllmRounds:
             return ""
         return str(tokenizer.decode(list(req.origin_input_ids), skip_special_tokens=True))
 
-    def view(self, req: Any, admitted: bool) -> RequestView:
+    def view(self, req: Any, admitted: bool) -> RoundRequestView:
         state = state_of(req)
         if state is None:  # NOTE: every request passes on_queued; this is a backstop
             self.on_queued(req)
             state = state_of(req)
         assert state is not None
-        return request_view(req, dllm=dllm_view(req, state, self.mask_id, self.round, admitted))
+        return RoundRequestView(request_view(req), dllm_view(req, state, self.mask_id, self.round, admitted))
 
     def fetch(self) -> None:
         """Replace ``_fetch_waiting_reqs``: decide the round's order, fill free slots."""
@@ -121,9 +114,9 @@ class DllmRounds:
         if not views:
             self.ranked = []
             return
-        queue = QueueView(requests=tuple(views), now=time.perf_counter(), num_running=len(admitted))
-        decision = self.order.order(queue)
-        check_permutation(queue, decision)
+        view = RoundView(requests=tuple(views), now=time.perf_counter(), num_admitted=len(admitted))
+        decision = self.order.order_round(view)
+        check_round(view, decision)
         by_rid = {r.rid: r for r in admitted + waiting}
         held = {id(r) for r in admitted}
         free = self.slots - len(manager.waiting_queue)

@@ -1,9 +1,10 @@
 """One request's counts in a diffusion LM's block rounds.
 
 The round host (``dllm.py``) keeps them as the request's kind record
-(``state.kind_record``); finished-request reports read them back. A leaf
-module (no SGLang, no torch). NOTE: invariant: it imports nothing of
-``server/``, so it reaches nothing through its imports
+(``state.kind_record``); finished-request reports read them back
+(``finished_dllm_view``), so feedback needs nothing of the round host. No
+SGLang, no torch. NOTE: invariant: of ``server/`` it imports only the leaf
+``state.py``, so it reaches nothing through its imports
 (tests/config/test_boundaries.py).
 """
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from policies.views import DllmView
+from server.sglang.scheduling.state import kind_record
 
 
 @dataclass
@@ -37,3 +39,10 @@ class DllmState:
                         denoise_rounds=self.denoise_rounds, prompt_words=self.words, prompt_lines=self.lines,
                         rounds_run=self.rounds_run, shared_rounds=self.shared_rounds,
                         longest_wait=self.longest_wait, **progress)
+
+
+def finished_dllm_view(req: Any) -> DllmView | None:
+    """The final counts of a diffusion LM's request leaving the system (``None``
+    for a request the round host never saw)."""
+    state = kind_record(req, DllmState)
+    return None if state is None else state.view(prompt_blocks_left=0)

@@ -19,7 +19,7 @@ from sglang.srt.managers.schedule_batch import FINISH_ABORT
 
 from policies.feedback import FinishedView, ObservesFinished, PredictsOutputLength
 from server.sglang.scheduling.capture import features_of
-from server.sglang.scheduling.dllm import finished_dllm_view
+from server.sglang.scheduling.dllm_counts import finished_dllm_view
 from server.sglang.scheduling.hook_clock import HOOK_CLOCK
 from server.sglang.scheduling.state import state_of
 

@@ -3,17 +3,21 @@
 Launch: a Switchboard order runs through SGLang's ``fcfs`` slot (the seam
 re-sorts the queue, ``ordering.py``); a stock option sets its own
 ``--schedule-policy``. For a diffusion LM the order decides dLLM rounds
-(``dllm.py``) and sizes SGLang's slots. Install: the policy object, built once
-in the process, orders the prefill queue (``SchedulerParts.order``), or, for
-a diffusion policy, hosts the dLLM rounds; the feature captures its needs ask
-for subscribe to the scheduler's events (``capture.py``, ``events.py``).
+(``dllm.py``, its ``needs.rounds``) and sizes SGLang's slots. Install: the
+policy object, built once in the process, orders the prefill queue
+(``SchedulerParts.order``), or, on a diffusion LM, hosts the dLLM rounds (the
+served model picks the face, ``policies.scheduling.rounds``); the feature
+captures its needs ask for subscribe to the scheduler's events
+(``capture.py``, ``events.py``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from compose.config import ConfigError
 from compose.specs import build_policy
+from policies.scheduling.rounds import missing_face
 from server.sglang.launch.binding import ForcedFlag, LaunchFields, SchedulerParts
 from server.sglang.scheduling.symbols import ORDER_SYMBOLS
 
@@ -31,10 +35,12 @@ class OrderBinding:
     def launch(self, spec: PolicySpec, launch: LaunchFields) -> list[ForcedFlag]:
         needs = spec.needs_of()
         flags = []
-        if launch.plan.is_diffusion and needs.dllm_slots is not None:
+        # NOTE: compose/compat.py refused an option without the served model's face before
+        rounds = needs.rounds if launch.plan.is_diffusion else None
+        if rounds is not None and rounds.slots is not None:
             # NOTE: SGLang sizes the dLLM slots (DllmManager) and the request pool from it
-            flags.append(ForcedFlag("max_running_requests", needs.dllm_slots, "SGLang sizes the diffusion slots from it"))
-        if needs.hidden_state_layer is not None or needs.denoise_hidden_state:
+            flags.append(ForcedFlag("max_running_requests", rounds.slots, "SGLang sizes the diffusion slots from it"))
+        if needs.hidden_state_layer is not None or (rounds is not None and rounds.denoise_hidden_state):
             # NOTE: the feature capture is a forward hook; hooks do not run in CUDA graphs.
             flags.append(ForcedFlag("cuda_graph_backend_prefill", "disabled",
                                     "hidden states are captured by a forward hook, which a CUDA graph skips"))
@@ -56,17 +62,20 @@ class OrderBinding:
         from server.sglang.scheduling.dllm import DllmRounds
 
         order = build_policy(spec)
+        missing = missing_face(order, needs)
+        if missing is not None:
+            raise ConfigError(f"+policy ({spec.target}): its needs promise {missing}, which it does not implement")
         parts.policies.append(order)
         layer = needs.hidden_state_layer
         if layer is not None:
             parts.seams.append(lambda s: capture.HiddenStateCapture(s.tp_worker.model_runner.model, layer))
         if needs.prompt_embedding:
             parts.seams.append(lambda s: capture.PromptEmbedding(s.tp_worker.model_runner.model, s.tp_size))
-        if needs.diffusion:
-            # NOTE: a diffusion policy orders dLLM rounds, not the prefill queue (compose/compat.py
-            # refuses it for an autoregressive model, so SGLang's dllm_config is set there).
+        if plan.is_diffusion:
+            # NOTE: on a diffusion LM the order decides dLLM rounds, not the prefill queue
+            # (compose/compat.py refused an option without needs.rounds there).
             parts.seams.append(lambda s: DllmRounds(s, order) if s.dllm_config is not None else None)
-            if needs.denoise_hidden_state:
+            if needs.rounds is not None and needs.rounds.denoise_hidden_state:
                 parts.seams.append(lambda s: capture.DenoiseHiddenCapture(s.tp_worker.model_runner.model)
                                    if s.dllm_config is not None else None)
         else:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from policies.views import DllmView, RequestView
+from policies.views import RequestView
 from server.sglang.scheduling.capture import features_of
 from server.sglang.scheduling.state import state_of
 
@@ -22,9 +22,8 @@ def stamp_arrival(req: Any, prefill_clock: int = 0) -> None:
         state.arrival_clock = prefill_clock
 
 
-def request_view(req: Any, dllm: DllmView | None = None) -> RequestView:
-    """A ``RequestView`` of an SGLang ``Req`` (after prefix matching); ``dllm``:
-    its block-round progress, for a diffusion LM's round host."""
+def request_view(req: Any) -> RequestView:
+    """A ``RequestView`` of an SGLang ``Req`` (after prefix matching)."""
     num_output = len(req.output_ids)
     state = state_of(req)
     return RequestView(
@@ -39,5 +38,4 @@ def request_view(req: Any, dllm: DllmView | None = None) -> RequestView:
         priority=req.priority,
         session_id=getattr(req, "session_id", None),
         features=features_of(req),
-        dllm=dllm,
     )
