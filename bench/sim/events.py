@@ -19,8 +19,22 @@ decode step    ``Simulator._run_decode`` (10)         ``DraftsDecode`` (one)
 finished       ``Simulator._final``                   ``SimParts.observers``
                                                       (``ObservesFinished``)
 counters       the run's meta                         ``CountsWork``
-dLLM round     ``bench.sim.dllm`` (6d)                ``SimParts.order``
+dLLM round     ``bench.sim.dllm`` (6d)                ``SimParts.rounds``
 ============== ===================================== ============================
+
+The server's events without a face here are ones whose seam the simulator
+models as host behaviour, the same for every option that asks: *queued* and
+*admitted* (the server counts prompt words and captures prompt embeddings
+there; a simulated request has its lengths from the trace and its features
+from the length signal, ``sim.length_signal_*``; ``TagsArrival`` adds the
+rest), *queue ordered* (SGLang's waiting-prefix
+refresh: ``WaitingQueue`` runs it where the eviction order's
+``needs.refresh_waiting`` asks), *chunk limit* and *batch finished* (the gap
+cache's chunk bound and recompute counter: the simulator's tree holds gaps for
+any order and for SGLang's own host tier, and ``engine.Simulator`` recomputes a
+gap in the request's first prefill pass and counts it). A kind that needs one
+of them in the simulator adds its face here and raises it once in
+``engine.py`` (docs/adding-a-kind.md).
 
 NOTE: faces are told apart by their method names (``isinstance`` on a
 runtime-checkable Protocol checks names only), so no two faces share one.
