@@ -15,10 +15,11 @@ Switchboard's hooks, in total and by hook. Target (issue 26, item 6): hooks
 What the clock does not separate (so the share is a lower bound there): a
 kind's checks inside SGLang's prefill adder (admission's gate stop, the gap
 cache's gap restore), SGLang's own batch building inside the dLLM round
-walk, and the caches that replace SGLang's radix tree as a whole (the gap
-cache of ``+cache=penelope``, HiState's snapshot cache): their eviction
-ranks run inside their own trees, which do SGLang's tree work too
-(``cache_overhead.md`` compares the gap cache with SGLang's). Kinds whose work is outside the scheduler (decisions' scoring pass,
+walk, and the rest of the caches that replace SGLang's radix tree as a
+whole (the gap cache of ``+cache=penelope``, HiState's snapshot cache): their
+eviction ranks are timed (``timed_ranks.py``), their tree work, which
+SGLang's tree would do too, is not (``cache_overhead.md`` compares the gap
+cache with SGLang's). Kinds whose work is outside the scheduler (decisions' scoring pass,
 the tier cache's backup thread) are not rows.
 """
 

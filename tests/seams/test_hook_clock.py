@@ -18,6 +18,7 @@ from sglang.srt.managers.schedule_batch import Req
 from sglang.srt.mem_cache.radix_cache import RadixCache
 from sglang.srt.sampling.sampling_params import SamplingParams
 
+from policies.cache import BlockView
 from policies.cache.lru import LruPolicy
 from policies.scheduling import OrderDecision, QueueView, SchedulingNeeds
 from server.sglang.cache.eviction import PolicyEvictionStrategy
@@ -125,6 +126,31 @@ def test_the_eviction_order_is_timed_per_rank():
     seconds, calls = HOOK_CLOCK.seconds["eviction"], HOOK_CLOCK.calls["eviction"]
     strategy.get_priority(tree.root_node)
     assert HOOK_CLOCK.calls["eviction"] == calls + 1 and HOOK_CLOCK.seconds["eviction"] - seconds >= SLOW_S
+
+
+@pytest.mark.parametrize("overrides", [["+cache=penelope"],
+                                       ["+cache=histate", "model=lfm2_tiny", "cache.snapshot_dir=/tmp/sb-hc",
+                                        "cache.snapshot_gb=0.001"]])
+def test_the_caches_that_rank_themselves_get_a_timed_order(overrides: list[str], monkeypatch):
+    """The gap cache and the snapshot cache call ``rank`` themselves: the binding hands them the
+    order timed on the clock (``timed_ranks.py``), as the strategy seam times SGLang's trees."""
+    from compose.config import compose
+    from server.resolve import resolve
+    from server.sglang.cache import gap_cache, histate_setup
+    from server.sglang.cache.timed_ranks import TimedRanks
+    from server.sglang.launch.binding import SchedulerParts, chosen
+
+    monkeypatch.setattr(gap_cache, "_active", {})
+    monkeypatch.setattr(histate_setup, "_active", {})
+    plan = resolve(compose(["server.device=cpu", *overrides]))
+    for spec, binding in chosen(plan):
+        binding.install(spec, plan, SchedulerParts())
+    (registered,) = [active["policy"] for active in (gap_cache._active, histate_setup._active) if active]
+    assert isinstance(registered, TimedRanks) and registered.needs == registered.inner.needs
+    block = BlockView(block_id=1, num_tokens=4, prefix_len=0, last_access=1.0, created=0.0)
+    calls = HOOK_CLOCK.calls["eviction"]
+    assert registered.rank(block) == registered.inner.rank(block)
+    assert HOOK_CLOCK.calls["eviction"] == calls + 1
 
 
 def test_every_hook_is_exported_under_its_name():

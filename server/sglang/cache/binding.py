@@ -29,6 +29,7 @@ from server.sglang.cache.names import (
     register_eviction_choice,
 )
 from server.sglang.cache.symbols import CACHE_SYMBOLS
+from server.sglang.cache.timed_ranks import TimedRanks
 from server.sglang.launch.binding import ForcedFlag, LaunchFields, SchedulerParts
 
 if TYPE_CHECKING:
@@ -89,15 +90,15 @@ class CacheBinding:
         if spec.needs_of().snapshots:
             from server.sglang.cache.histate_setup import register_histate_cache
 
-            # NOTE: --radix-cache-backend switchboard_histate (launch above)
-            register_histate_cache(cache, spec.host_settings())
+            # NOTE: --radix-cache-backend switchboard_histate (launch above); ranks timed as the seam's
+            register_histate_cache(TimedRanks(cache), spec.host_settings())
         elif spec.needs_of().interior:
             from server.sglang.cache.gap_cache import register_gap_cache
             from server.sglang.cache.gap_prefill import GapRecomputeCounter, HoldsGaps
 
             # NOTE: --radix-cache-backend switchboard_gap (launch above); its prefill
             # walk and gap accounting subscribe to the scheduler's events
-            register_gap_cache(cache, spec.host_settings().host_tier_tokens)
+            register_gap_cache(TimedRanks(cache), spec.host_settings().host_tier_tokens)
             parts.seams.append(lambda s: GapRecomputeCounter() if isinstance(s.tree_cache, HoldsGaps) else None)
         else:
             from server.sglang.cache.eviction import install_eviction_policy

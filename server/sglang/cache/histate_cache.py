@@ -94,7 +94,7 @@ class HiStateCache(UnifiedRadixCache):  # type: ignore[misc]  # SGLang is untype
 
         core._remove_leaf_from_parent = removed  # NOTE: every deletion of a node passes here
         log.info("switchboard: HiState cache ranks KV and %d-byte state snapshots by %s, SSD store %s (%d bytes)",
-                 self._codec.nbytes, type(policy).__name__, store.directory, store.max_bytes)
+                 self._codec.nbytes, policy, store.directory, store.max_bytes)
 
     # ------------------------------------------------------------ bookkeeping
     def _tick(self) -> None:

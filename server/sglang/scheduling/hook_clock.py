@@ -17,10 +17,11 @@ seconds (under a saturating load idle iterations are rare; hook time spent
 while idle, an arrival into an empty server, is counted too, so the share
 errs high). What is not separated: a prefill adder a kind wraps around
 SGLang's (its own checks run inside SGLang's adder calls), SGLang's batch
-building inside the dLLM round host, and a cache that replaces SGLang's
-radix tree whole (the gap cache, HiState's): its ranks run inside a tree
-that also does SGLang's tree work. Only ``eviction`` ranks through SGLang's
-own strategy registry are timed.
+building inside the dLLM round host, and the tree work of a cache that
+replaces SGLang's radix tree whole (the gap cache, HiState's), which SGLang's
+tree would do too. Every ``eviction`` rank is timed: through SGLang's
+strategy registry (``cache/eviction.py``) or, in those caches, through
+``cache/timed_ranks.py``.
 
 NOTE: one scheduler per process, so one clock per process (module level).
 """
