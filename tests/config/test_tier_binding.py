@@ -86,3 +86,12 @@ def test_sglangs_storage_variable_may_not_point_elsewhere(tmp_path, monkeypatch)
     monkeypatch.setenv("SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR", str(tmp_path / "ssd"))
     assert _fields("+tier=hierarchical", f"tier.ssd_dir={tmp_path / 'ssd'}", "tier.ssd_gb=0.01")[
         "hicache_storage_backend"] == "file"
+
+
+@pytest.mark.parametrize("option", ["flatcake", "exclusive"])
+def test_an_option_placing_blocks_itself_is_refused_on_several_ranks(tmp_path, option):
+    ssd = [f"tier.ssd_dir={tmp_path}", "tier.ssd_gb=0.01", "tier.storage=segments"]
+    with pytest.raises(ConfigError, match=rf"sglang.tp_size=2 conflicts with \+tier \((?i:{option})"):
+        _fields(f"+tier={option}", *ssd, "sglang.tp_size=2")
+    # SGLang's own modes place through SGLang on every rank
+    assert _fields("+tier=hierarchical", *ssd[:2], "sglang.tp_size=2")["enable_hierarchical_cache"] is True

@@ -26,7 +26,10 @@ without one; an SSD directory that cannot be created or written, or whose
 filesystem lacks ``ssd_gb`` free; SGLang's storage-directory variable pointing
 elsewhere; and an option that moves blocks between levels (``exclusive``:
 demoted on host eviction, moved up on a read) over a store that cannot forget
-pages (``tier.storage=file``).
+pages (``tier.storage=file``); and an option placing blocks itself with
+``sglang.tp_size`` > 1 (each rank would place its shard of a block on its
+own, and nothing makes the ranks agree: SGLang's own tier decisions go through
+its ``rank_consensus``, ours do not, and several ranks have never run here).
 """
 
 from __future__ import annotations
@@ -106,6 +109,11 @@ class TierBinding:
         # NOTE: an option needing SSD without one is refused before (compose/compat.py)
         check_ssd_dir(host)
         _servable(needs, host, option)
+        tp = int(launch.fields.get("tp_size") or 1)
+        if tp > 1 and placed_here(needs):
+            raise ConfigError(f"sglang.tp_size={tp} conflicts with +tier ({option}): each rank would place its "
+                              "shard of a block below the device on its own, with nothing making the ranks agree "
+                              "(tp_size 1; or a stock mode: tier=hierarchical, tier=ssd_only)")
         flags = [ForcedFlag("enable_hierarchical_cache", True, "the tier is SGLang's HiCache", control=False),
                  ForcedFlag("hicache_ratio", host.host_ratio, "tier.host_ratio (host tokens per device token)",
                             control=False)]
