@@ -8,12 +8,36 @@ followers in release order (``NOTE``: deterministic for a given trace).
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 from collections.abc import Iterator
 from typing import Protocol
 
 from bench.traces.trace import Trace, TraceRequest
+
+
+def paced(trace: Trace, interval_s: float) -> Trace:
+    """``trace`` with open-loop requests at most one per ``interval_s``: each at
+    ``max(its time, the previous one's + interval_s)``, in trace order
+    (``sim.send_interval_s``); followers keep their think times.
+
+    NOTE: order-preserving (roots stay sorted), so ties keep the trace's order."""
+    if interval_s < 0:
+        raise ValueError(f"sim.send_interval_s must be >= 0, got {interval_s}")
+    if interval_s == 0:
+        return trace
+    moved, last, n = [], float("-inf"), 0
+    for r in trace.requests:
+        if r.after is not None:
+            moved.append(r)
+            continue
+        at = max(r.arrival_s, last + interval_s)
+        n += at != r.arrival_s
+        last = at
+        moved.append(r if at == r.arrival_s else dataclasses.replace(r, arrival_s=at))
+    note = f"open-loop arrivals at least {interval_s * 1000:g} ms apart (sim.send_interval_s): {n} moved"
+    return dataclasses.replace(trace, requests=tuple(moved), notes=(*trace.notes, note))
 
 
 class ArrivalSource(Protocol):

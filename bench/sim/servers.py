@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench.metrics import RequestRecord, Timeline
 from bench.sim import CostModel, SimSettings, TimelineSampler, build_simulator, records_of
+from bench.sim.arrivals import paced
 from bench.sim.binding import Scope, counter_names, sim_parts
 from bench.sim.hybrid import HybridCache
 from bench.sim.overlap import IterationLog, client_visible, overlap_charged
@@ -43,6 +44,11 @@ def simulate(settings: BenchSettings, trace: Trace, cost: CostModel, sim_setting
     """Replay ``trace`` on the simulated deployment ``settings`` describe (module docs)."""
     if settings.sim.replicas < 1:
         raise ConfigError(f"sim.replicas must be >= 1, got {settings.sim.replicas}")
+    try:
+        # NOTE: every path below (a gateway's, a diffusion LM's) replays the paced trace
+        trace = paced(trace, sim_settings.send_interval_s)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     gateway = sim_parts(settings, Scope.gateway)
     if gateway.deployment is not None:
         return gateway.deployment(settings, trace, cost, sim_settings, on_final)

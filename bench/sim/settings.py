@@ -32,6 +32,7 @@ class SimSettings:
     touch_waiting: bool = True
     idle_poll_s: float = 0.05
     drain_timeout_s: float = 600.0
+    send_interval_s: float = 0.0
     length_signal: LengthSignal | None = None
     host_tier_tokens: int = 0
     """SGLang's own host tier, modelled (``sim.hicache_tokens``); 0 = none. The cache
@@ -67,7 +68,7 @@ class SimSettings:
             in_batch_threshold=sim.in_batch_prefix_threshold,
             native_queue_limit=sim.native_queue_limit,
             touch_waiting=TouchMode(sim.touch_waiting_prefixes) is TouchMode.auto,
-            idle_poll_s=sim.idle_poll_s, drain_timeout_s=sim.drain_timeout_s,
+            idle_poll_s=sim.idle_poll_s, drain_timeout_s=sim.drain_timeout_s, send_interval_s=sim.send_interval_s,
             length_signal=(None if sim.length_signal_log_std is None else LengthSignal(
                 sim.length_signal_log_std, sim.length_signal_log_mean, sim.length_signal_seed)),
             host_tier_tokens=sim.hicache_tokens, host_bandwidth_gbs=sim.host_bandwidth_gbs,
