@@ -191,8 +191,9 @@ def render(rows: dict[Key, dict[str, Any]], wall_s: float) -> str:
              "gap cache, `cache.host_tier_tokens`; for a built-in order SGLang's own HiCache, "
              "`sim.hicache_tokens`, modelled the same way). Built-ins: "
              + ", ".join(f"`{b}`" for b in BUILTINS) + " (SGLang's `--radix-eviction-policy` "
-             "orders, run through the same seam; `priority` is `lru` here: no request has a "
-             "priority).", "",
+             "orders, run through the same seam; `priority` orders as `lru` here, no request having a "
+             "priority, but without the waiting-prefix refresh SGLang runs for `lru` only; "
+             "Penelope refreshes as `lru` does).", "",
              "Recomputed = prompt tokens the cache had held once but not at admission, "
              "prefilled again (same measure for every policy); gap = the part Penelope "
              "recomputed inside a path (prefix and tail kept); restored = tokens copied back "
