@@ -48,6 +48,11 @@ class Kind:
     module: str | None = None
     """Dotted module of the contract when it is not ``policies.<package>`` (a kind kept outside
     Switchboard's tree, e.g. a test's); its options' classes live under it."""
+    faces: str | None = None
+    """``module:function`` naming what a built policy lacks of the faces its needs promise
+    (``str``; ``None``: nothing), for a kind whose Protocol alone cannot say it (the
+    scheduling kind: an autoregressive queue, a diffusion LM's rounds, or both);
+    ``None``: the Protocol says it all."""
 
     @property
     def contract_module(self) -> str:
@@ -87,7 +92,8 @@ def load_binding(target: str) -> Any:
 #: Switchboard's own kinds, in the order hosts apply them.
 KINDS: tuple[Kind, ...] = (
     Kind("policy", "scheduling", "SchedulingOption", "SchedulingNeeds",
-         "server.sglang.scheduling.order_binding:BINDING", "bench.sim.bindings:SCHEDULING"),
+         "server.sglang.scheduling.order_binding:BINDING", "bench.sim.bindings:SCHEDULING",
+         faces="policies.scheduling.rounds:missing_face"),
     Kind("cache", "cache", "EvictionPolicy", "EvictionNeeds",
          "server.sglang.cache.binding:BINDING", "bench.sim.bindings:CACHE", host_settings=CacheHostConfig),
     Kind("admission", "admission", "AdmissionPolicy", "AdmissionNeeds",

@@ -23,7 +23,7 @@ import pydantic
 from omegaconf import DictConfig, OmegaConf
 
 from compose.config import ConfigError
-from compose.kinds import Kind, kind_of, kinds
+from compose.kinds import Kind, kind_of, kinds, load_binding
 from compose.schema import moved_key_message
 
 
@@ -167,6 +167,10 @@ def build_policy(spec: PolicySpec) -> Any:
     # NOTE: hosts read a policy's optional needs from here, and only here
     if not isinstance(obj.needs, kind.needs_class()):
         raise ConfigError(f"{spec.group}: {spec.target}.needs is not a {kind.needs}")
+    missing = load_binding(kind.faces)(obj) if kind.faces is not None else None
+    if missing is not None:
+        # NOTE: every host builds through here, so no host calls a face the policy lacks
+        raise ConfigError(f"{spec.group}: {spec.target}'s needs promise {missing}, which it does not implement")
     return obj
 
 

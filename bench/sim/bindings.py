@@ -19,9 +19,7 @@ from typing import TYPE_CHECKING
 from bench.sim.adapters import ADAPTER_EVICTIONS, ADAPTER_LOADS, AdapterMix, AdapterSeam, AdapterSlotTable
 from bench.sim.admission import add_gate
 from bench.sim.binding import Scope, SimParts
-from compose.config import ConfigError
 from compose.specs import build_policy
-from policies.scheduling.rounds import missing_face
 
 if TYPE_CHECKING:
     from bench.config import BenchSettings
@@ -36,10 +34,7 @@ class _OrderBinding:
     counters: tuple[str, ...] = ()
 
     def attach(self, spec: PolicySpec, settings: BenchSettings, parts: SimParts) -> None:
-        policy = build_policy(spec)
-        missing = missing_face(policy, policy.needs)
-        if missing is not None:
-            raise ConfigError(f"+policy ({spec.target}): its needs promise {missing}, which it does not implement")
+        policy = build_policy(spec)  # NOTE: it has the faces its needs promise (the kind's ``faces``)
         # NOTE: compose/compat.py refused an option without the served model's face before
         if settings.sim.dllm.enabled:
             parts.rounds = policy

@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from policies.scheduling import OrderDecision, SchedulingNeeds, SchedulingPolicy, check_rids
+from policies.scheduling import OrderDecision, SchedulingNeeds, SchedulingOption, SchedulingPolicy, check_rids
 from policies.views import DllmView, RequestView
 
 
@@ -85,12 +85,14 @@ def check_round(view: RoundView, decision: OrderDecision) -> None:
     check_rids([r.rid for r in view.requests], decision)
 
 
-def missing_face(policy: object, needs: SchedulingNeeds) -> str | None:
-    """The face ``needs`` promise that ``policy`` lacks, or ``None``.
+def missing_face(policy: SchedulingOption) -> str | None:
+    """The face ``policy.needs`` promise that ``policy`` lacks, or ``None``.
 
     NOTE: ``needs.queue`` promises ``order`` (``SchedulingPolicy``); ``needs.rounds``
     promises ``order_round`` (``RoundsPolicy``) unless SGLang runs its own
-    rounds (``sglang_native``). Hosts check before they call either."""
+    rounds (``sglang_native``). ``compose.specs.build_policy`` checks it for every
+    host (the kind's ``faces``)."""
+    needs = policy.needs
     if needs.queue and not isinstance(policy, SchedulingPolicy):
         return "order (an autoregressive model's prefill queue)"
     if needs.rounds is not None and needs.sglang_native is None and not isinstance(policy, RoundsPolicy):

@@ -58,3 +58,19 @@ def test_dwise_parameters_are_checked_at_composition():
     with pytest.raises(ConfigError, match="round_blocks"):
         resolve(compose(["server.device=cpu", "model=sdar_tiny", "+policy=dwise", "policy.slots=8",
                                  "policy.round_blocks=9"]))
+
+
+def test_an_order_whose_needs_promise_a_face_it_lacks_is_refused_for_every_host(monkeypatch):
+    """``compose.specs.build_policy`` (both hosts build through it) checks the scheduling kind's
+    faces (``policies.scheduling.rounds.missing_face``)."""
+    from policies.scheduling import RoundsNeeds, SchedulingNeeds
+    from policies.scheduling.fcfs import FcfsPolicy
+    from policies.scheduling.rounds import missing_face
+
+    assert missing_face(FcfsPolicy()) is None
+    # fcfs promising its own rounds (not SGLang's) but having no order_round
+    monkeypatch.setattr(FcfsPolicy, "needs", SchedulingNeeds(rounds=RoundsNeeds()))
+    assert missing_face(FcfsPolicy()) == "order_round (a diffusion LM's block rounds)"
+    with pytest.raises(ConfigError, match=r"policy: policies.scheduling.fcfs.FcfsPolicy's needs promise "
+                                          r"order_round \(a diffusion LM's block rounds\), which it does not"):
+        resolve(compose(["server.device=cpu", "+policy=fcfs"]))

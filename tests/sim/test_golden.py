@@ -92,14 +92,23 @@ def _canonical(value: Any) -> Any:
     return repr(value)
 
 
+def _run(overrides: tuple[str, ...]) -> dict[str, Any]:
+    """``run_bench`` of ``overrides`` (nothing written)."""
+    return run_bench(resolve_bench(compose_bench([*overrides, "output.progress=false", "output.plots=false"])))
+
+
+def _rows(records: list[Any]) -> list[dict[str, Any]]:
+    """Every field of every ``RequestRecord``."""
+    return [{f.name: getattr(r, f.name) for f in fields(r)} for r in records]
+
+
 def golden_run(name: str) -> dict[str, Any]:
     """Run configuration ``name`` (nothing written); return the data its digest covers."""
-    settings = resolve_bench(compose_bench([*CONFIGS[name], "output.progress=false", "output.plots=false"]))
-    result = run_bench(settings)
+    result = _run(CONFIGS[name])
     meta = {k: v for k, v in result["meta"].items() if k not in _VOLATILE_META}
     cluster = result.get("cluster")
     return {
-        "records": [{f.name: getattr(r, f.name) for f in fields(r)} for r in result["records"]],
+        "records": _rows(result["records"]),
         "summary": result["summary"], "windows": result["windows"], "meta": meta,
         "replicas": None if cluster is None else dict(cluster.assignment),
     }
@@ -130,8 +139,7 @@ if __name__ == "__main__":
 
 
 def _records(*overrides: str) -> Any:
-    settings = resolve_bench(compose_bench([*overrides, "output.progress=false", "output.plots=false"]))
-    return _canonical([{f.name: getattr(r, f.name) for f in fields(r)} for r in run_bench(settings)["records"]])
+    return _canonical(_rows(_run(overrides)["records"]))
 
 
 @needs_data(_DATA / "kv_cache_tester_cc_traces")

@@ -34,6 +34,7 @@ from server.sglang.launch.binding import ForcedFlag, LaunchFields, SchedulerPart
 
 if TYPE_CHECKING:
     from compose.specs import PolicySpec
+    from policies.cache import EvictionNeeds
     from server.resolve import LaunchPlan
 
 
@@ -53,16 +54,16 @@ class CacheBinding:
                 # NOTE: these caches keep SGLang's own refresh, which cannot be turned off per order
                 raise ConfigError(f"+cache ({spec.target}) holds gaps or snapshots without the waiting-prefix "
                                   "refresh SGLang runs for them; set EvictionNeeds.refresh_waiting")
-            return [*self._cache_flags(spec, fields),
+            return [*self._cache_flags(spec, needs, fields),
                     ForcedFlag("radix_eviction_policy", "lru", "SGLang refreshes the waiting queue's prefixes under this "
                                "name only", control=False)]
-        return self._cache_flags(spec, fields)
+        return self._cache_flags(spec, needs, fields)
 
     @staticmethod
-    def _cache_flags(spec: PolicySpec, fields: Mapping[str, Any]) -> list[ForcedFlag]:
+    def _cache_flags(spec: PolicySpec, needs: EvictionNeeds, fields: Mapping[str, Any]) -> list[ForcedFlag]:
         """The flags that select the option's cache (module docs)."""
         # NOTE: cache.host_tier_tokens with a tail-first cache is refused before (compose/compat.py)
-        if spec.needs_of().snapshots:
+        if needs.snapshots:
             # NOTE: the hybrid model, the store's size and SGLang's host tier are checked before (compose/compat.py)
             if spec.host_settings().snapshot_dir is None:
                 raise ConfigError(f"+cache ({spec.target}) demotes recurrent-state snapshots to an SSD store: "
@@ -71,7 +72,7 @@ class CacheBinding:
                 raise ConfigError(f"sglang.speculative_algorithm conflicts with +cache ({spec.target}): "
                                   "the snapshot cache reads one state per node, not speculative ones")
             return [ForcedFlag("radix_cache_backend", HISTATE_CACHE_BACKEND, "the snapshot cache", control=False)]
-        if not spec.needs_of().interior:
+        if not needs.interior:
             return [ForcedFlag("radix_eviction_policy", EVICTION_STRATEGY_NAME,
                                "the eviction order runs through SGLang's strategy registry", control=False)]
         why = f"+cache ({spec.target}) freeing history from the front (gap cache)"
@@ -87,12 +88,13 @@ class CacheBinding:
 
     def install(self, spec: PolicySpec, plan: LaunchPlan, parts: SchedulerParts) -> None:
         cache = build_policy(spec)
-        if spec.needs_of().snapshots:
+        needs = spec.needs_of()
+        if needs.snapshots:
             from server.sglang.cache.histate_setup import register_histate_cache
 
             # NOTE: --radix-cache-backend switchboard_histate (launch above); ranks timed as the seam's
             register_histate_cache(TimedRanks(cache), spec.host_settings())
-        elif spec.needs_of().interior:
+        elif needs.interior:
             from server.sglang.cache.gap_cache import register_gap_cache
             from server.sglang.cache.gap_prefill import GapRecomputeCounter, HoldsGaps
 
@@ -104,7 +106,7 @@ class CacheBinding:
             from server.sglang.cache.eviction import install_eviction_policy
 
             install_eviction_policy(cache)
-            if spec.needs_of().refresh_waiting:
+            if needs.refresh_waiting:
                 from server.sglang.cache.refresh import WaitingPrefixRefresh
 
                 # NOTE: --radix-eviction-policy switchboard stopped SGLang's own (module docs)

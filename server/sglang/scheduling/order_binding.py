@@ -15,9 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from compose.config import ConfigError
 from compose.specs import build_policy
-from policies.scheduling.rounds import missing_face
 from server.sglang.launch.binding import ForcedFlag, LaunchFields, SchedulerParts
 from server.sglang.scheduling.symbols import ORDER_SYMBOLS
 
@@ -61,10 +59,7 @@ class OrderBinding:
         from server.sglang.scheduling import capture
         from server.sglang.scheduling.dllm import DllmRounds
 
-        order = build_policy(spec)
-        missing = missing_face(order, needs)
-        if missing is not None:
-            raise ConfigError(f"+policy ({spec.target}): its needs promise {missing}, which it does not implement")
+        order = build_policy(spec)  # NOTE: it has the faces its needs promise (the kind's ``faces``)
         parts.policies.append(order)
         layer = needs.hidden_state_layer
         if layer is not None:
