@@ -429,14 +429,16 @@ class SimConfig:
     """Mirror native lpm/hrrn keeping the queue order while > 128 wait."""
     touch_waiting_prefixes: TouchMode = TouchMode.auto
     """Whether waiting requests keep their cached prefixes recent (see TouchMode)."""
-    send_interval_s: float = 0.0
+    send_interval_s: float = 0.0002
     """The least time between two open-loop requests reaching the server: each
     arrives at ``max(its trace time, the previous one's + send_interval_s)``
     (``bench.sim.arrivals.paced``). A trace's timestamps have a resolution
     (Mooncake's: 1 ms, so bursts share one) and a client sends one request after
-    another (SGLang's bench_serving, live here: 0.2 ms apart): an idle scheduler
-    then wakes on a burst's first request and prefills it alone. 0 = the trace's
-    times as they are (a burst arrives at once)."""
+    another: an idle scheduler then wakes on a burst's first request and
+    prefills it alone. 0.2 ms: the live client's median spacing within a burst
+    (SGLang's bench_serving request function against the CPU server), measured
+    on a window no other table replays (``bench/results/send_spacing.md``).
+    0 = the trace's times as they are (a burst arrives at once)."""
     idle_poll_s: float = 0.05
     """While idle with only deferred requests, re-run admission this often."""
     drain_timeout_s: float = 600.0

@@ -33,6 +33,7 @@ import numpy as np
 from bench.scripts.common import option_default
 from bench.scripts.leap_curve import spearman
 from policies.predictors.rls import RlsLengthHead
+from policies.scheduling.leap import RIDGE_BY_FEATURES
 
 
 @dataclass(frozen=True)
@@ -49,20 +50,48 @@ class Logged:
     server_prediction: float
 
 
-def _head(dim: int) -> RlsLengthHead:
-    """A fresh head of ``dim`` features with LEAP's configured settings."""
-    return RlsLengthHead(dim, **{key: float(option_default("policy", "leap", key))
-                                 for key in ("forgetting", "ridge", "prior_tokens")})
+def shipped_ridge(dim: int) -> float:
+    """The ridge a server's LEAP head of ``dim`` features starts with: ``conf/policy/leap.yaml``'s,
+    or when null the policy's choice for its feature set.
+
+    NOTE: the policy runs the prompt-length features as a head of width 1 and the model's as wider."""
+    held = option_default("policy", "leap", "ridge")
+    return float(held) if held is not None else RIDGE_BY_FEATURES["prompt_length" if dim == 1 else "model"]
 
 
-def online(features: Sequence[Sequence[float]], true: Sequence[int]) -> np.ndarray:
-    """Predict-then-learn over the requests in order: each request's prediction before its update."""
-    rls = _head(len(features[0]))
+def _head(dim: int, ridge: float | None = None) -> RlsLengthHead:
+    """A fresh head of ``dim`` features with LEAP's configured settings (``ridge``: that one instead)."""
+    settings = {key: float(option_default("policy", "leap", key)) for key in ("forgetting", "prior_tokens")}
+    return RlsLengthHead(dim, ridge=shipped_ridge(dim) if ridge is None else ridge, **settings)
+
+
+def online(features: Sequence[Sequence[float]], true: Sequence[int], ridge: float | None = None) -> np.ndarray:
+    """Predict-then-learn over the requests in order: each request's prediction before its update
+    (``ridge``: instead of LEAP's configured one)."""
+    rls = _head(len(features[0]), ridge)
     out = np.empty(len(true))
     for i, (x, y) in enumerate(zip(features, true)):
         out[i] = rls.predict(x)
         rls.update(x, y)
     return out
+
+
+#: The ridge priors ``ridge_sweep`` tries (LEAP's ``ridge``: ``P`` starts at ``I / ridge``).
+RIDGES = (0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0)
+
+
+def ridge_sweep(features: Sequence[Sequence[float]], true: Sequence[int]) -> dict[float, float]:
+    """Spearman of the online predictions over ``features``/``true`` (in order) for every ridge of ``RIDGES``.
+
+    NOTE: fed the ``train`` evals only: LEAP's ``ridge`` is chosen here, never on the ``eval`` evals
+    the table judges."""
+    return {ridge: spearman(online(features, true, ridge), np.asarray(true)) for ridge in RIDGES}
+
+
+def best_ridge(sweep: dict[float, float]) -> float:
+    """The ridge with the highest Spearman; a tie within 0.005 goes to the smaller (weaker) prior."""
+    top = max(sweep.values())
+    return min(r for r, v in sweep.items() if v >= top - 0.005)
 
 
 def trained_head(features: Sequence[Sequence[float]], true: Sequence[int]) -> RlsLengthHead:

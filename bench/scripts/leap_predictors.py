@@ -41,11 +41,13 @@ import numpy as np
 from bench.leap.predictors import (
     Logged,
     ProxyModel,
+    best_ridge,
     judge,
     online,
     predict_seconds,
     prompt_length_features,
     replay_gap,
+    ridge_sweep,
     trained_head,
 )
 from bench.leap.public import EVALS_REQUIREMENT, PublicPrompt, public_prompts
@@ -55,6 +57,7 @@ from bench.report import fmt
 from bench.scripts.common import git_commit, model_source
 from compose.config import compose
 from compose.model import ensure_default_model
+from policies.scheduling.leap import RIDGE_BY_FEATURES
 
 
 def request_plan() -> list[tuple[str, PublicPrompt]]:
@@ -148,13 +151,20 @@ def analyse(records: list[Logged], learned: Learned, cap: int) -> dict[str, Any]
     predictions = {"LEAP head": np.array([r.server_prediction for r in records]),
                    "prompt-length regression": online(prompt_length_features(records), lengths),
                    "proxy model": online(proxy_features, lengths)}
+    train = [r for r in records if r.split == "train"]
+    train_lengths = [r.num_output_tokens for r in train]
+    sweeps = {"model": ridge_sweep([r.features for r in train], train_lengths),
+              "prompt_length": ridge_sweep(prompt_length_features(train), train_lengths)}
     dim = len(records[0].features)
     cost = {"LEAP head": float(np.median(gather_s)) + predict_seconds(dim),
             "prompt-length regression": predict_seconds(1),
             "proxy model": float(np.median(forward_s)) + predict_seconds(len(proxy_features[0]))}
     return {"judged": {name: judge(pred, true, evaluation, cap) for name, pred in predictions.items()},
             "cost_s": cost, "proxy_forward_p90_s": float(np.percentile(forward_s, 90)),
-            "replay_gap": replay_gap(learned), "token_mismatch": token_mismatch,
+            "replay_gap": replay_gap(learned),
+            "ridge_sweep": {features: [[ridge, value] for ridge, value in sweep.items()]
+                            for features, sweep in sweeps.items()},
+            "ridge_chosen": {features: best_ridge(sweep) for features, sweep in sweeps.items()}, "token_mismatch": token_mismatch,
             "requests": len(records), "eval_requests": int(evaluation.sum()),
             "eval_evals": len({r.eval_name for r in records if r.split == "eval"}),
             "train_evals": len({r.eval_name for r in records if r.split == "train"}),
@@ -173,6 +183,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--reanalyse", action="store_true",
                     help="no server: analyse the feedback log an earlier run left in --out")
+    ap.add_argument("--check-defaults", action="store_true",
+                    help="exit 1 when conf/policy/leap.yaml's ridge is not the one the train evals choose")
     args = ap.parse_args()
     commit, t0 = git_commit(), time.perf_counter()  # NOTE: stamped before any work
     if not args.reanalyse:
@@ -193,6 +205,12 @@ def main() -> None:
     table = simulate(models, args.out / "sim", args.jobs)
     args.table.write_text(render(found, curve, models, table, args, commit, time.perf_counter() - t0))
     print(f"wrote {args.table}")
+    stale = [f"policies/scheduling/leap.py: RIDGE_BY_FEATURES[{features!r}] is {RIDGE_BY_FEATURES[features]:g}; "
+             f"the train evals chose {chosen:g}" for features, chosen in found["ridge_chosen"].items()
+             if chosen != RIDGE_BY_FEATURES[features]]
+    print("\n".join(stale) or f"ridge as chosen on the train evals: {found['ridge_chosen']}")
+    if stale and args.check_defaults:
+        raise SystemExit(1)
 
 
 def render(found: dict[str, Any], curve: dict[str, Any], models: list[ErrorModel],
@@ -235,6 +253,20 @@ def render(found: dict[str, Any], curve: dict[str, Any], models: list[ErrorModel
               f"reproduces the server's logged predictions within {found['replay_gap']:.1e} (relative); the "
               f"proxy's chat template gave the server's prompt token count on "
               f"{found['requests'] - found['token_mismatch']} of {found['requests']} requests.", ""]
+    lines += ["## The head's ridge prior, chosen on the `train` evals", "",
+              "LEAP's ridge prior (the RLS head's `P` starts at `I / ridge`; `policy.ridge` null takes "
+              "`RIDGE_BY_FEATURES` in `policies/scheduling/leap.py`) is chosen per feature set by replaying "
+              "the head online over the `train` requests alone (same order, predict before learning) and "
+              "taking the highest Spearman there; a tie within 0.005 goes to the weaker prior (smaller "
+              "ridge). The `eval` requests above never enter it; `--check-defaults` fails when the shipped "
+              "value is not the chosen one.", "",
+              "| features | " + " | ".join(f"ridge {ridge:g}" for ridge, _ in found["ridge_sweep"]["model"])
+              + " | chosen | shipped |",
+              "|---|" + "---|" * (len(found["ridge_sweep"]["model"]) + 2)]
+    for features, sweep in found["ridge_sweep"].items():
+        lines.append(f"| {features} | " + " | ".join(f"{value:.3f}" for _, value in sweep)
+                     + f" | {found['ridge_chosen'][features]:g} | {RIDGE_BY_FEATURES[features]:g} |")
+    lines.append("")
     lines += sim_section(models, table)
     return "\n".join(lines)
 

@@ -53,3 +53,13 @@ def test_a_negative_interval_is_refused_naming_the_field():
                                             "output.progress=false", "output.plots=false"]))
     with pytest.raises(ConfigError, match="sim.send_interval_s"):
         run_bench(settings)
+
+
+def test_burst_gaps_are_taken_within_one_trace_time_in_send_order():
+    from bench.scripts.send_spacing import burst_gaps, rounded_median
+
+    times = {"a": 1.0, "b": 1.0, "c": 1.0, "d": 2.0, "e": 3.0, "f": 3.0}
+    sent = [("b", 10.0003), ("a", 10.0), ("c", 10.0007), ("d", 20.0), ("f", 30.5), ("e", 30.4996)]
+    assert burst_gaps(times, sent) == pytest.approx([0.0003, 0.0004, 0.0004])  # d: a burst of one gives none
+    assert rounded_median([0.000234, 0.0001, 0.0009]) == 0.0002
+

@@ -9,7 +9,17 @@ import zipfile
 import numpy as np
 import pytest
 
-from bench.leap.predictors import Logged, judge, online, prompt_length_features, replay_gap, trained_head
+from bench.leap.predictors import (
+    RIDGES,
+    Logged,
+    best_ridge,
+    judge,
+    online,
+    prompt_length_features,
+    replay_gap,
+    ridge_sweep,
+    trained_head,
+)
 from bench.leap.public import MAX_CHARS, public_prompts, split_of
 from bench.leap.transfer import ErrorModel, error_models, rank_matched_std, signal_spearman
 
@@ -62,13 +72,14 @@ def test_online_replay_predicts_before_it_learns():
     rng = np.random.default_rng(0)
     records = _logged(200, rng)
     true = [r.num_output_tokens for r in records]
-    pred = online(prompt_length_features(records), true)
+    # NOTE: a weak prior (ridge 1) so that 100 requests suffice to learn the length
+    pred = online(prompt_length_features(records), true, ridge=1.0)
     assert pred[0] == pytest.approx(64.0)  # LEAP's prior before any update
     # the length is a function of the prompt here: the head learns it
     late = judge(pred, np.array(true), np.arange(200) >= 100, cap=10_000)
     assert late["spearman"] > 0.95 and late["log_error_std"] < 0.2
     # a prediction never sees its own answer: swapping a request's length changes later predictions only
-    changed = online(prompt_length_features(records), [*true[:50], true[50] * 7, *true[51:]])
+    changed = online(prompt_length_features(records), [*true[:50], true[50] * 7, *true[51:]], ridge=1.0)
     assert np.array_equal(changed[:51], pred[:51]) and not np.array_equal(changed[51:], pred[51:])
 
 
@@ -120,3 +131,24 @@ def test_trained_head_is_the_replayed_head():
     features, true = prompt_length_features(records), [r.num_output_tokens for r in records]
     # the head after learning the first 59 predicts the 60th as the online replay did
     assert trained_head(features[:59], true[:59]).predict(features[59]) == pytest.approx(online(features, true)[59])
+
+
+def test_ridge_sweep_prefers_the_prior_that_ranks_the_train_requests_best():
+    # NOTE: many noisy features and few requests: a weak prior (small ridge) overfits
+    # the early requests, so some stronger prior must rank better than the weakest.
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(120, 40))
+    y = np.exp(3 + 0.8 * x[:, 0] + rng.normal(scale=0.3, size=120)).round().astype(int) + 1
+    sweep = ridge_sweep(x.tolist(), y.tolist())
+    assert set(sweep) == set(RIDGES)
+    chosen = best_ridge(sweep)
+    assert sweep[chosen] >= max(sweep.values()) - 0.005
+    assert chosen > min(RIDGES) and sweep[chosen] > sweep[min(RIDGES)] + 0.05
+    # the same predictions as the online replay with that ridge
+    assert sweep[1.0] == pytest.approx(float(np.corrcoef(*(np.argsort(np.argsort(v)) for v in (
+        online(x.tolist(), y.tolist(), 1.0), y)))[0, 1]), abs=0.02)
+
+
+def test_best_ridge_breaks_a_near_tie_towards_the_weaker_prior():
+    assert best_ridge({1.0: 0.40, 10.0: 0.437, 100.0: 0.44, 1000.0: 0.41}) == 10.0
+    assert best_ridge({1.0: 0.40, 10.0: 0.42, 100.0: 0.44}) == 100.0
