@@ -2,6 +2,7 @@
 
     python -m bench.scripts.decisions_live            # -> bench/results/decisions.md
     python -m bench.scripts.decisions_live --smoke    # the development set only, printed
+    python -m bench.scripts.decisions_live --model lfm2_tiny   # -> bench/results/decisions_lfm2.md
 
 Workload (the issue's): one decision request of 32 questions over a shared
 context of 2,048 tokens. Contexts are real English text, the documentation of
@@ -26,6 +27,14 @@ rows compute the same thing.
 Targets (issue 28, SmolLM2): ``flide`` <= 1/5 of the ``fcfs`` row and <= 1/1.5
 of the ``lpm`` row (the best built-in on the CPU server: SGLang's multi-item
 scoring needs FlashInfer and ``/v1/decisions`` refuses it).
+
+``--model lfm2_tiny``: the same rows on the tiny random hybrid LFM2 (short
+convolutions + attention, ``conf/model/lfm2_tiny.yaml``; SmolLM2's tokenizer, so
+the same contexts and questions), whose recurrent state SGLang caches only at
+request ends: a stock question cannot resume from the shared context's state and
+recomputes it. Target: ``flide`` at least 5x faster than the better stock row.
+Its short convolutions run on Switchboard's torch CPU kernels
+(``server/sglang/launch/conv_kernels.py``).
 """
 
 from __future__ import annotations
@@ -50,6 +59,8 @@ REPEATS = 2
 BASE = ("model.dtype=float32", "sglang.sleep_on_idle=true")
 DEV = ("argparse",)
 EVAL = ("logging", "unittest", "http.client")
+#: ``--model`` -> (server overrides, the table it writes).
+MODELS = {"smollm2": ((), "decisions"), "lfm2_tiny": (("model=lfm2_tiny",), "decisions_lfm2")}
 ROWS = (("SGLang /v1/decisions, fcfs", ["+decisions=separate"]),
         ("SGLang /v1/decisions, lpm", ["+decisions=separate", "decisions.in_batch_prefix_caching=true"]),
         ("flide", ["+decisions=flide"]))
@@ -102,8 +113,11 @@ def same_answers(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_output_args(parser, "decisions", "decisions_live")
+    parser.add_argument("--model", choices=sorted(MODELS), default="smollm2")
     parser.add_argument("--smoke", action="store_true", help="the development set, one repeat, printed only")
+    args, _ = parser.parse_known_args()
+    model, table = MODELS[args.model]
+    add_output_args(parser, table, f"{table}_live")
     args = parser.parse_args()
     from transformers import AutoTokenizer
 
@@ -116,7 +130,7 @@ def main() -> None:
     suffix_tokens: list[int] = []
     with tempfile.TemporaryDirectory() as tmp:
         for n, (name, overrides) in enumerate(ROWS):
-            with ServerProcess([*BASE, *overrides], Path(tmp) / f"{n}.log") as server:
+            with ServerProcess([*BASE, *model, *overrides], Path(tmp) / f"{n}.log") as server:
                 if not latency:
                     info = httpx.get(server.base_url + "/model_info", timeout=60).json()
                     tokenizer = AutoTokenizer.from_pretrained(info["tokenizer_path"])
@@ -136,14 +150,21 @@ def main() -> None:
                     print(f"{name} / {module}: {latency[name][module]:.2f} s", flush=True)
     if args.smoke:
         return
-    args.out.write_text(report(latency, suffix_tokens, commit, time.monotonic() - t0))
+    args.out.write_text(report(latency, suffix_tokens, commit, time.monotonic() - t0, args.model))
     print(f"wrote {args.out}")
 
 
-def report(latency: dict[str, dict[str, float]], suffix_tokens: list[int], commit: str, wall_s: float) -> str:
+def report(latency: dict[str, dict[str, float]], suffix_tokens: list[int], commit: str, wall_s: float,
+           model: str = "smollm2") -> str:
     fcfs, lpm, flide = (latency[name] for name, _ in ROWS)
-    out = [f"# Flide on the live CPU server\n\nBuilt by `python -m bench.scripts.decisions_live` at commit {commit}, "
-           f"{datetime.now(UTC):%Y-%m-%d}. Method: the script's docstring. One `/v1/decisions` request of "
+    lfm2 = model == "lfm2_tiny"
+    flags = " --model lfm2_tiny" if lfm2 else ""
+    title = "Flide on the live CPU server" + (": the tiny hybrid LFM2" if lfm2 else "")
+    served = ("`model=lfm2_tiny` (a tiny random LFM2: short convolutions + attention, float32; SGLang caches "
+              "its recurrent state only at request ends)" if lfm2 else "SmolLM2-135M, float32")
+    out = [f"# {title}\n\nBuilt by `python -m bench.scripts.decisions_live{flags}` at commit {commit}, "
+           f"{datetime.now(UTC):%Y-%m-%d}. Method: the script's docstring. Served: {served}. One "
+           f"`/v1/decisions` request of "
            f"{QUESTIONS} questions over {CONTEXT_TOKENS} tokens of context, prefix cache flushed, median of "
            f"{REPEATS}; question suffixes {statistics.mean(suffix_tokens):.0f} tokens on average "
            f"({min(suffix_tokens)}-{max(suffix_tokens)}). Seconds; in brackets, x the flide row.\n",
@@ -153,13 +174,18 @@ def report(latency: dict[str, dict[str, float]], suffix_tokens: list[int], commi
                                                 for m in EVAL) + " |")
     out.append("\n## Checks against the issue's targets\n")
     for m in EVAL:
+        if lfm2:
+            best = min(fcfs[m], lpm[m])
+            ok = flide[m] * 5.0 <= best
+            out.append(f"- `{m}`: flide >= 5x faster than the better stock row ({best / flide[m]:.1f}x): "
+                       f"{'met' if ok else 'MISSED'}")
+            continue
         for base, bound, label in ((fcfs, 5.0, "fcfs"), (lpm, 1.5, "lpm")):
             ok = flide[m] * bound <= base[m]
             out.append(f"- `{m}`: flide <= 1/{bound:g} of {label} ({flide[m] / base[m]:.2f}): "
                        f"{'met' if ok else 'MISSED'}")
     out.append(f"\nEvery row's answers equal the first row's within 1e-5. Wall time {wall_s / 60:.0f} min.\n")
     return "\n".join(out)
-
 
 if __name__ == "__main__":
     main()

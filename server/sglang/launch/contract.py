@@ -18,6 +18,7 @@ import inspect
 
 from server.sglang import SGLANG_VERSION
 from server.sglang.hicache.symbols import HICACHE_SYMBOLS
+from server.sglang.launch.conv_kernels import CONV_KERNEL_SYMBOLS
 from server.sglang.launch.input_guard import NORMALIZE_TARGET, VALIDATE_TARGET
 from server.sglang.launch.symbols import POLICY, SCHED, HookedSymbol
 from server.sglang.middleware.bad_input import REQUEST_VALIDATION
@@ -83,6 +84,7 @@ HOOKED_SYMBOLS: tuple[HookedSymbol, ...] = (
                   "run_detokenizer_process_func", "execute_warmup_func", "launch_callback")),
     # SGLang's HiCache on the CPU path (server/sglang/hicache/cpu.py).
     *HICACHE_SYMBOLS,
+    *CONV_KERNEL_SYMBOLS,
 )
 
 

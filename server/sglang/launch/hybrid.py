@@ -6,7 +6,9 @@ interpreter, with a recurrent-state pool whose conv states default to
 bfloat16. Switchboard serves the architectures below on CPU (checked live:
 ``tests/live/test_server_decisions.py``): their SGLang processes get
 ``TRITON_INTERPRET=1`` (read when SGLang's kernel modules are imported, so in
-the environment before any SGLang import), float32 conv states when the model
+the environment before any SGLang import; the short convolutions, the hot
+Triton kernels, run on torch CPU kernels instead: ``conv_kernels.py``, installed
+by the plugin), float32 conv states when the model
 runs in float32 (else the state is rounded to bfloat16 between passes), and a
 bounded state pool (``max_mamba_cache_size``; SGLang's default sizes it from
 free memory, gigabytes on a CPU host).

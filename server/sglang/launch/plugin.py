@@ -61,7 +61,12 @@ def install(plan: LaunchPlan) -> None:
 
     if plan.device == "cpu":
         from server.sglang.launch.args import hicache_on
+        from server.sglang.launch.hybrid import cpu_hybrid
 
+        if cpu_hybrid(plan.model_path):
+            from server.sglang.launch import conv_kernels
+
+            conv_kernels.install()
         if hicache_on(plan):
             from server.sglang.hicache import cpu as cpu_hicache
 
