@@ -43,7 +43,9 @@ def spearman(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -
 
 async def send_all(base_url: str, prompts: list[str], max_tokens: int, concurrency: int) -> None:
     sem = asyncio.Semaphore(concurrency)
-    async with httpx.AsyncClient(base_url=base_url, timeout=900) as client:
+    # NOTE: LEAP serves the shortest predicted first, so a long request can wait behind new short
+    # ones for most of the run (~17 min on a quiet machine): a client timeout must not end the run.
+    async with httpx.AsyncClient(base_url=base_url, timeout=3600) as client:
         async def one(p: str) -> None:
             async with sem:
                 r = await client.post("/v1/chat/completions", json={
