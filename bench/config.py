@@ -122,11 +122,10 @@ def _check_hybrid(s: BenchSettings) -> None:
     if s.sim.dllm.enabled:
         raise ConfigError("sim.hybrid.enabled and sim.dllm.enabled: a model is one or the other")
     cache = s.policies.get("cache")
-    kv_tier = s.sim.hicache_tokens or (cache is not None and cache.host_settings().host_tier_tokens) \
-        or "tier" in s.policies
+    kv_tier = (cache is not None and cache.host_settings().host_tier_tokens) or "tier" in s.policies
     if kv_tier:
-        raise ConfigError("sim.hybrid models no KV level below the device (sim.hicache_tokens, "
-                          "cache.host_tier_tokens, +tier): SGLang's host pool of states is sim.hybrid.host_states")
+        raise ConfigError("sim.hybrid's KV level below the device is SGLang's host pool (sim.hicache_tokens), "
+                          "not cache.host_tier_tokens or +tier; its host pool of states is sim.hybrid.host_states")
     if h.marconi and cache is not None and cache.needs_of().snapshots:
         raise ConfigError("sim.hybrid.marconi models Marconi's own admission and eviction; "
                           f"+cache ({cache.target}) is another order over snapshots: choose one")

@@ -72,7 +72,8 @@ def build_simulator(trace: Trace, cost: IterationCost, settings: SimSettings, pa
     if settings.hybrid is not None:
         # NOTE: the model's kind, not a policy's: KV tiers beside it are refused before (bench/config.py)
         cache = HybridCache(max(trace.block_size, 1), policy, settings.hybrid, cost.kv_bytes_per_token,
-                            parts.snapshot_store_bytes, parts.snapshot_read_tokens, settings.host_bandwidth_gbs)
+                            parts.snapshot_store_bytes, parts.snapshot_read_tokens, settings.host_bandwidth_gbs,
+                            host_kv_tokens=settings.host_tier_tokens)
     else:
         cache = PrefixCache(max(trace.block_size, 1), policy, host_tier_tokens=tier,
                             host_bandwidth_gbs=settings.host_bandwidth_gbs, levels=levels)

@@ -8,12 +8,17 @@ block names its prefix):
 
 * **where snapshots are taken**: at every insert's end (a prompt's end, a chunk's end:
   ``no_buffer``), and every ``snapshot_every_tokens`` of a prompt (``extra_buffer``);
-* **match**: the KV match cut back to the deepest block holding a snapshot (any tier);
+* **match**: the KV match cut back to the deepest block holding a snapshot (any tier), and
+  before any gap (KV no level holds: recomputing it needs the state at its start);
 * **levels**: ``device_states`` slots on the device (their own pool, as in SGLang); SGLang's
   host state pool (``host_states``, least recently used dropped first) for a
   per-component order; the snapshot store (``cache.snapshot_gb``) for an order whose
-  needs say ``snapshots`` (``+cache=histate``);
-* **what goes**: a KV node that leaves the tree takes its snapshots along. A device
+  needs say ``snapshots`` (``+cache=histate``); KV that leaves the device goes to SGLang's host
+  KV pool when there is one (``sim.hicache_tokens``, HiCache as it serves a hybrid model: the
+  node stays, hollow, its snapshots with it; a request through it restores the attention
+  layers' KV at ``sim.host_bandwidth_gbs``);
+* **what goes**: a KV node that leaves the tree (the device, then the host pool if any)
+  takes its snapshots along. A device
   snapshot that must make room goes, for a per-component order, least recently used
   first, to the host pool or away; for a snapshot order, lowest rank first
   (``policies.cache`` views: ``item="state"``), to the store, whose own lowest-ranked
@@ -63,8 +68,10 @@ class HybridCache(PrefixCache):
     """KV in the gap tree, snapshots beside it (see module docs)."""
 
     def __init__(self, block_size: int, policy: EvictionPolicy, hybrid: HybridSimConfig, kv_bytes_per_token: float,
-                 store_bytes: int, read_tokens: int, host_gbs: float, touch_waiting: bool = False) -> None:
-        super().__init__(block_size, policy, touch_waiting=touch_waiting)
+                 store_bytes: int, read_tokens: int, host_gbs: float, touch_waiting: bool = False,
+                 host_kv_tokens: int = 0) -> None:
+        super().__init__(block_size, policy, touch_waiting=touch_waiting, host_tier_tokens=host_kv_tokens,
+                         host_bandwidth_gbs=host_gbs)
         self.hybrid = hybrid
         self.ranked = policy.needs.snapshots
         """A snapshot order (``needs.snapshots``): states ranked, demoted to the store."""
@@ -99,7 +106,9 @@ class HybridCache(PrefixCache):
         """The KV match cut back to its deepest snapshot (``(0, root)`` without one)."""
         if not key:
             return 0, self.root
-        k, _ = self.tree.match(key, now, touch=False, split=False)
+        k, node = self.tree.match(key, now, touch=False, split=False)
+        if k and self.may_have_gaps:
+            k = self._before_gap(node, k)
         snaps = self.snapshots
         while k > 0 and key[k - 1] not in snaps:
             k -= 1
@@ -108,6 +117,20 @@ class HybridCache(PrefixCache):
         if touch:
             snaps[key[k - 1]].last_access = now
         return self.tree.match(key[:k], now, touch=touch, split=split)
+
+    def _before_gap(self, node: Node, k: int) -> int:
+        """``k`` cut back to the start of the first gap on the path to ``node`` (a hollow node whose
+        KV no level holds): a hybrid model cannot recompute KV in the middle of a prefix without the
+        state at the gap's start, so a snapshot past a gap resumes nothing."""
+        for n in self.tree.path_to(node):
+            if n.hollow and not n.on_host:
+                return min(k, n.start)
+        return k
+
+    def restore_s(self, tokens: int, kv_bytes_per_token: float) -> float:
+        """Seconds to copy ``tokens`` of KV back from SGLang's host pool: only the attention
+        layers' (``kv_fraction`` of ``kv_bytes_per_token``)."""
+        return tokens * self.kv_bytes_per_token / (self.host_bandwidth_gbs * 1e9)
 
     def take_resume_s(self, blocks: array[int] | None, k: int, now: float) -> float:
         """A request admitted at ``blocks[:k]`` resumes from its snapshot: one on host or SSD

@@ -130,6 +130,11 @@ def test_one_host_tier_rule_refused_by_both_hosts():
             assert resolve_bench(compose_bench([sim, tier])).policies["cache"].host_settings().host_tier_tokens == 1000
     # SGLang's own host tier: the server's flag, the simulator's model of it
     assert resolve_bench(compose_bench(["+cache=lru", "sim.hicache_tokens=1000"])).sim.hicache_tokens == 1000
+    # ...on a hybrid model too (its host KV pool beside the host state pool), never beside HiState's store
+    hybrid = ["sim.hybrid.enabled=true", "sim.hybrid.host_states=4", "sim.hicache_tokens=1000"]
+    assert resolve_bench(compose_bench(hybrid)).sim.hicache_tokens == 1000
+    with pytest.raises(ConfigError, match="keeps recurrent-state snapshots in its own SSD store"):
+        resolve_bench(compose_bench([*hybrid, "+cache=histate", "cache.snapshot_gb=1"]))
 
 
 #: The tier kind's rules: (server overrides, simulator overrides, reason).

@@ -24,10 +24,11 @@ STATE_MB = 2.0
 KV_BYTES = 1000.0
 
 
-def cache(policy=None, store_states: int = 0, **hybrid) -> HybridCache:
+def cache(policy=None, store_states: int = 0, host_kv_tokens: int = 0, **hybrid) -> HybridCache:
     config = HybridSimConfig(enabled=True, state_mb=STATE_MB, **hybrid)
     store = int(store_states * STATE_MB * 1e6)
-    return HybridCache(BS, policy or LruPolicy(), config, KV_BYTES, store, read_tokens=8, host_gbs=10.0)
+    return HybridCache(BS, policy or LruPolicy(), config, KV_BYTES, store, read_tokens=8, host_gbs=10.0,
+                       host_kv_tokens=host_kv_tokens)
 
 
 def blocks(*ids: int) -> array[int]:
@@ -86,6 +87,38 @@ def test_a_snapshot_leaves_with_its_kv():
     c.check()
 
 
+def test_with_sglangs_host_kv_pool_a_snapshot_outlives_its_device_kv():
+    """SGLang's HiCache on a hybrid model: KV that leaves the device goes to the host pool, its
+    snapshot stays, a match still resumes there and the restore reads only the attention layers' KV."""
+    c = cache(device_states=4, host_kv_tokens=8, kv_fraction=0.25)
+    c.insert(blocks(1, 2), 8, now=0.0)
+    c.insert(blocks(7, 8), 8, now=1.0)
+    c.evict(8)  # the least recently used KV, path (1, 2), goes to the host
+    assert 2 in c.snapshots and c.host is not None and c.host.used == 8
+    k, node = c.match(blocks(1, 2, 3), 2.0)
+    assert k == 2 and c.hollow_tokens(node) == 8
+    assert c.restore_s(8, KV_BYTES) == pytest.approx(8 * KV_BYTES * 0.25 / 10e9)
+    # the host full too: the next KV to go pushes (1, 2) out, and its snapshot with it
+    c.evict(8)
+    assert 2 not in c.snapshots and c.match(blocks(1, 2, 3), 3.0)[0] == 0
+    c.check()
+
+
+def test_a_gap_in_the_kv_cuts_the_match_before_it():
+    """KV no level holds cannot be recomputed mid-prefix without the state at its start: a snapshot
+    past such a gap resumes nothing, one before it still does."""
+    c = cache(device_states=4, host_kv_tokens=8)
+    c.insert(blocks(1, 2), 8, now=0.0)
+    c.insert(blocks(1, 2, 3, 4), 16, now=1.0, inserted_blocks=2)
+    head, _ = c.tree.match(blocks(1, 2), 2.0, touch=False)
+    node = c._node_of[2]
+    assert head == 2 and node.children
+    node.hollow = True  # NOTE: as a host drop leaves an inner node whose children stay
+    assert c.match(blocks(1, 2, 3, 4), 3.0)[0] == 0
+    node.hollow = False
+    assert c.match(blocks(1, 2, 3, 4), 3.0)[0] == 4
+
+
 def test_histate_ranks_kv_past_the_last_snapshot_first():
     """KV a hybrid model cannot resume from costs nothing to lose: it goes before older KV that ends
     in a snapshot (a per-component LRU would take the older first)."""
@@ -106,13 +139,16 @@ def test_histate_ranks_kv_past_the_last_snapshot_first():
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trace=workloads(), capacity=st.integers(24, 600), chunk=st.sampled_from([None, 8, 32]),
        states=st.integers(0, 4), host=st.integers(0, 2), store=st.integers(0, 3),
-       every=st.sampled_from([0, 8]), order=st.sampled_from(["lru", "marconi", "histate"]))
+       every=st.sampled_from([0, 8]), order=st.sampled_from(["lru", "marconi", "histate"]),
+       host_kv=st.sampled_from([0, 0, 64, 400]))
 def test_invariants_hold_for_any_workload(cost, trace, capacity, chunk, states, host, store,  # noqa: F811
-                                          every, order):
+                                          every, order, host_kv):
     histate = order == "histate"
     hybrid = HybridSimConfig(enabled=True, state_mb=1.0, device_states=states, host_states=host,
                              snapshot_every_tokens=every * trace.block_size // 4, marconi=order == "marconi")
-    s = sim_settings(capacity=capacity, chunked_prefill_size=chunk, context_length=4096, hybrid=hybrid)
+    # NOTE: SGLang's host KV pool beside a per-component order (the server refuses it with histate)
+    s = sim_settings(capacity=capacity, chunked_prefill_size=chunk, context_length=4096, hybrid=hybrid,
+                     host_tier_tokens=0 if histate else host_kv)
     parts = SimParts(eviction=HistatePolicy(tau_s=1.0) if histate else None,
                      snapshot_store_bytes=int(store * 1e6) if histate else 0, snapshot_read_tokens=4)
     sim = build_simulator(trace, cost, s, parts)
