@@ -27,15 +27,23 @@ def test_without_hicache_nothing_is_added():
 
 @pytest.mark.parametrize("field, value", [("hicache_io_backend", "kernel"),
                                           ("hicache_mem_layout", "page_first"),
-                                          ("hicache_mem_layout", "page_first_direct")])
+                                          ("hicache_mem_layout", "page_head")])
 def test_a_cuda_only_backend_or_layout_is_refused_naming_the_field(field, value):
     with pytest.raises(ConfigError, match=rf"sglang.{field}={value} does not run on CPU.*{field}="):
         _fields("sglang.enable_hierarchical_cache=true", f"sglang.{field}={value}")
 
 
-def test_hicache_with_a_hybrid_model_is_refused_on_cpu(tmp_path):
+def test_the_page_first_direct_layout_is_served_too():
+    fields = _fields("sglang.enable_hierarchical_cache=true", "sglang.hicache_mem_layout=page_first_direct")
+    assert fields["hicache_mem_layout"] == "page_first_direct"
+
+
+def test_a_hybrid_model_gets_the_layout_its_state_pool_needs(tmp_path):
     (tmp_path / "config.json").write_text('{"architectures": ["Lfm2ForCausalLM"]}')
-    with pytest.raises(ConfigError, match=r"enable_hierarchical_cache=true is not served on CPU for a hybrid "
-                                          r"model \(Lfm2ForCausalLM\)"):
-        _fields("sglang.enable_hierarchical_cache=true", f"model.path={tmp_path}")
-    _fields(f"model.path={tmp_path}")  # the hybrid model alone is served
+    fields = _fields("sglang.enable_hierarchical_cache=true", f"model.path={tmp_path}")
+    assert (fields["hicache_io_backend"], fields["hicache_mem_layout"]) == ("direct", "page_first_direct")
+    with pytest.raises(ConfigError, match=r"sglang.hicache_mem_layout=layer_first is refused for a hybrid model "
+                                          r"\(Lfm2ForCausalLM\).*hicache_mem_layout=page_first_direct"):
+        _fields("sglang.enable_hierarchical_cache=true", "sglang.hicache_mem_layout=layer_first",
+                f"model.path={tmp_path}")
+    assert "hicache_mem_layout" not in _fields(f"model.path={tmp_path}")  # the hybrid model alone: no HiCache

@@ -6,7 +6,10 @@ other sessions push the turns' states out (demoted, their KV kept), and the next
 resumes from the longest snapshot-backed match, read from SSD, with greedy output equal to HF
 transformers on the full context (float32). A snapshot file corrupted on disk is a miss:
 the turn recomputes, its output still exact. Stock SGLang drops those states (its eviction of a
-state at a leaf takes the leaf's KV with it), so the same turn there resumes from less.
+state at a leaf takes the leaf's KV with it), so the same turn there resumes from less; with
+SGLang's hierarchical cache (``sglang.enable_hierarchical_cache=true``, served on CPU by
+``server/sglang/hicache/cpu.py``) stock backs KV and states up to host memory instead, and the
+same turn resumes from host copies of both, output equal to HF.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import re
 
 import httpx
 import pytest
+
+from tests.live.harness import start_with_hicache_room
 
 pytestmark = pytest.mark.server
 
@@ -74,6 +79,21 @@ def stock(start_server):
     server.stop()
 
 
+@pytest.fixture
+def hicache(start_server):
+    """Stock SGLang with its hierarchical cache: a KV pool small enough that the script's turns
+    leave the device, and host pools (6x) that keep them (one server at a time, as ``stock``)."""
+    server = start_with_hicache_room(start_server, 6 * HICACHE_DEVICE_TOKENS, "model=lfm2_tiny",
+                                     f"sglang.max_mamba_cache_size={SLOTS}", "sglang.enable_hierarchical_cache=true",
+                                     f"sglang.max_total_tokens={HICACHE_DEVICE_TOKENS}", "sglang.hicache_ratio=6")
+    yield server
+    server.stop()
+
+
+HICACHE_DEVICE_TOKENS = 400
+"""The device KV pool of the ``hicache`` server: under the script's ~900 tokens."""
+
+
 def script(base: str) -> tuple[list[int], list[int], int, int, dict[str, float], dict[str, float]]:
     """Two turns and a branch, other sessions, then a third turn: its prompt, its answer, its
     cached tokens, the longest match a kept snapshot backs, and the counters before and after it."""
@@ -99,6 +119,18 @@ def test_stock_sglang_drops_the_state_and_resumes_from_less(stock, lfm2_hf):
     turn3, a3, cached, longest, _, after = script(stock.base_url)
     assert after == {}  # no snapshot cache there
     assert cached < longest
+    assert a3 == lfm2_hf.greedy_ids(turn3, OUT)
+
+
+def test_sglangs_hierarchical_cache_resumes_from_host_copies_of_kv_and_state_and_equals_hf(hicache, lfm2_hf):
+    turn3, a3, cached, longest, _, _ = script(hicache.base_url)
+    assert cached == longest
+    metrics = httpx.get(hicache.base_url + "/metrics", timeout=30).text
+    host = re.search(r'^sglang:cached_tokens_total\{cache_source="host"[^}]*\} ([0-9.e+]+)$', metrics, re.M)
+    backed = dict(re.findall(r'^sglang:hicache_backup_tokens_total\{[^}]*pool="(\w+)"[^}]*\} ([0-9.e+]+)$',
+                             metrics, re.M))
+    assert host is not None and float(host.group(1)) >= longest  # turn 3's whole match came from the host
+    assert float(backed["kv"]) > 0 and float(backed["mamba"]) > 0
     assert a3 == lfm2_hf.greedy_ids(turn3, OUT)
 
 

@@ -19,7 +19,7 @@ from compose.compat import ModelInHost, ModelKind, check_host_settings, check_mo
 from compose.config import ConfigError
 from compose.kinds import kinds
 from server.resolve import LaunchPlan
-from server.sglang.hicache.symbols import CPU_IO_BACKEND, CPU_MEM_LAYOUT
+from server.sglang.hicache.symbols import CPU_IO_BACKEND, CPU_MEM_LAYOUTS, HYBRID_MEM_LAYOUT
 from server.sglang.launch.binding import Forced, LaunchFields, chosen, server_binding
 from server.sglang.launch.hybrid import DEFAULT_STATE_SLOTS, cpu_hybrid, hybrid_architecture
 
@@ -56,23 +56,26 @@ def launch_fields(plan: LaunchPlan) -> LaunchFields:
 
 
 def _cpu_hicache(launch: LaunchFields, hybrid: str | None) -> None:
-    """HiCache on CPU: the io backend and host layout ``server/sglang/hicache/cpu.py`` serves.
+    """HiCache on CPU: the io backend and host layouts ``server/sglang/hicache/cpu.py`` serves.
 
     NOTE: defaults (stock gets them too), then a refusal naming the field for any
-    other value: SGLang's ``kernel`` backend and the page-first layouts are CUDA
-    kernels the CPU path does not have, and would fail at the first copy. A hybrid
-    model's recurrent-state host pool refuses ``layer_first`` (SGLang's
-    ``MambaPoolHost``), and its page-first copies are not served on CPU."""
-    if hybrid is not None:
-        raise ConfigError(f"sglang.enable_hierarchical_cache=true is not served on CPU for a hybrid model ({hybrid}): "
-                          "SGLang's recurrent-state host pool needs the page_first_direct layout, whose copies "
-                          "the CPU path does not have (server/sglang/hicache/cpu.py)")
-    for name, value in (("hicache_io_backend", CPU_IO_BACKEND), ("hicache_mem_layout", CPU_MEM_LAYOUT)):
-        launch.default(name, value)
-        have = launch.fields[name]
-        if have != value:
-            raise ConfigError(f"sglang.{name}={have} does not run on CPU: SGLang's HiCache there is served "
-                              f"with {name}={value} (server/sglang/hicache/cpu.py)")
+    other value: SGLang's ``kernel`` backend and the other page-first layouts are
+    CUDA kernels the CPU path does not have, and would fail at the first copy. A
+    hybrid model's recurrent-state host pool refuses ``layer_first`` (SGLang's
+    ``MambaPoolHost``), so a hybrid model defaults to ``page_first_direct``."""
+    launch.default("hicache_io_backend", CPU_IO_BACKEND)
+    launch.default("hicache_mem_layout", HYBRID_MEM_LAYOUT if hybrid is not None else CPU_MEM_LAYOUTS[0])
+    backend, layout = launch.fields["hicache_io_backend"], launch.fields["hicache_mem_layout"]
+    if backend != CPU_IO_BACKEND:
+        raise ConfigError(f"sglang.hicache_io_backend={backend} does not run on CPU: SGLang's HiCache there is "
+                          f"served with hicache_io_backend={CPU_IO_BACKEND} (server/sglang/hicache/cpu.py)")
+    if layout not in CPU_MEM_LAYOUTS:
+        raise ConfigError(f"sglang.hicache_mem_layout={layout} does not run on CPU: SGLang's HiCache there is "
+                          f"served with hicache_mem_layout={' or '.join(CPU_MEM_LAYOUTS)} "
+                          "(server/sglang/hicache/cpu.py)")
+    if hybrid is not None and layout != HYBRID_MEM_LAYOUT:
+        raise ConfigError(f"sglang.hicache_mem_layout={layout} is refused for a hybrid model ({hybrid}): SGLang's "
+                          f"recurrent-state host pool needs hicache_mem_layout={HYBRID_MEM_LAYOUT}")
 
 
 def hicache_on(plan: LaunchPlan) -> bool:
