@@ -6,6 +6,7 @@ classes for the whole process, which the other seam tests must not see.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -41,15 +42,13 @@ if sys.argv[1] == "installed":
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import _mha_host_inputs
 
-LAYOUT = sys.argv[3] if len(sys.argv) > 3 else "layer_first"
-
-def host_row(buffer, layer, row, page):
+def host_row(buffer, layer, row, page, layout):
   # one host row of one layer in the pool's layout
-  if LAYOUT == "layer_first":
+  if layout == "layer_first":
       return buffer[layer][row]
   return buffer[row // page, layer, row % page]  # NOTE: page_first_direct: (pages, layers, page, ...)
 
-def case(page):
+def case(page, layout):
   out = {}
   device = MHATokenToKVPool(size=64, page_size=page, dtype=torch.float32, head_num=2, head_dim=4, layer_num=3,
                             device="cpu", enable_memory_saver=False, enable_alt_stream=False)
@@ -59,7 +58,7 @@ def case(page):
       device.v_buffer[layer].normal_()
   cls, info, kwargs = _mha_host_inputs(device)
   try:
-      host = cls(info, 2.0, 0, page, LAYOUT, **kwargs)
+      host = cls(info, 2.0, 0, page, layout, **kwargs)
   except Exception as exc:
       return {"host_pool": f"{type(exc).__name__}: {exc}"[:200]}
   out["host_pool"] = "built"
@@ -71,8 +70,8 @@ def case(page):
   except Exception as exc:
       out["backup"] = f"{type(exc).__name__}: {exc}"[:200]
       return out
-  out["backup"] = all(torch.equal(host_row(host.k_buffer, l, int(h), page), device.k_buffer[l][int(r)]) and
-                      torch.equal(host_row(host.v_buffer, l, int(h), page), device.v_buffer[l][int(r)])
+  out["backup"] = all(torch.equal(host_row(host.k_buffer, l, int(h), page, layout), device.k_buffer[l][int(r)]) and
+                      torch.equal(host_row(host.v_buffer, l, int(h), page, layout), device.v_buffer[l][int(r)])
                       for l in range(3) for h, r in zip(host_rows, rows))
   back = torch.arange(page * 12, page * 12 + len(rows))
   expected = [(device.k_buffer[l][rows].clone(), device.v_buffer[l][rows].clone()) for l in range(3)]
@@ -87,8 +86,9 @@ def case(page):
   fresh = host.alloc(page)
   host.set_from_flat_data_page(int(fresh[0]), staged)
   out["storage_page"] = all(
-      torch.equal(host_row(host.k_buffer, l, int(f), page), host_row(host.k_buffer, l, int(h), page)) and
-      torch.equal(host_row(host.v_buffer, l, int(f), page), host_row(host.v_buffer, l, int(h), page))
+      torch.equal(host_row(host.k_buffer, l, int(f), page, layout), host_row(host.k_buffer, l, int(h), page, layout))
+      and torch.equal(host_row(host.v_buffer, l, int(f), page, layout),
+                      host_row(host.v_buffer, l, int(h), page, layout))
       for l in range(3) for f, h in zip(fresh, host_rows[:page]))
   return out
 
@@ -99,7 +99,7 @@ def mamba_case():
   torch.manual_seed(1)
   info = MambaStateBufferInfo(temporal=torch.randn(3, 9, 2, 5), conv=(torch.randn(3, 9, 4, 3), torch.randn(3, 9, 6)))
   try:
-      host = MambaPoolHost(info, 2.0, 0, device_capacity=8, layout=LAYOUT, device="cpu")
+      host = MambaPoolHost(info, 2.0, 0, device_capacity=8, layout="page_first_direct", device="cpu")
   except Exception as exc:
       return {"host_pool": f"{type(exc).__name__}: {exc}"[:200]}
   out = {"host_pool": "built", "pinned": host.pin_memory}
@@ -117,44 +117,42 @@ def mamba_case():
   out["round_trip"] = all(torch.equal(t[:, back], e) for t, e in zip(states, expected))
   return out
 
-print(json.dumps([case(int(page)) for page in sys.argv[2].split(",") if page] +
-                 ([mamba_case()] if LAYOUT != "layer_first" else [])))
+# NOTE: one child per mode: each case named "layout:page", or "mamba" (page_first_direct, the layout it needs)
+print(json.dumps({spec: mamba_case() if spec == "mamba" else case(int(spec.split(":")[1]), spec.split(":")[0])
+                  for spec in sys.argv[2:]}))
 """
 
 
-def _child(mode: str, pages: str, layout: str = "layer_first") -> list[dict[str, object]]:
+CASES = ("layer_first:1", "layer_first:4", "page_first_direct:1", "page_first_direct:4", "mamba")
+
+
+@functools.cache
+def _child(mode: str) -> dict[str, dict[str, object]]:
+    """Every case of ``CASES`` in one child interpreter, with (``installed``) or without the fix."""
     env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", CHILD, mode, pages, layout], cwd=REPO, env=env,
+    done = subprocess.run([sys.executable, "-c", CHILD, mode, *CASES], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
-    result: list[dict[str, object]] = json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, dict[str, object]] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
-def test_stock_hicache_cannot_build_its_host_pool_on_cpu():
-    # the reference the fix is checked against: SGLang as shipped pins the pool with CUDA
-    (stock,) = _child("stock", "1")
-    assert "NVIDIA driver" in str(stock["host_pool"])
+def test_stock_hicache_cannot_build_its_host_pools_on_cpu():
+    # the reference the fix is checked against: SGLang as shipped pins every pool with CUDA
+    stock = _child("stock")
+    assert all("NVIDIA driver" in str(stock[spec]["host_pool"]) for spec in CASES), stock
 
 
-def test_installed_the_host_pool_backs_up_loads_back_and_stages_pages_exactly():
-    # pages of 1 and 4 tokens
-    assert _child("installed", "1,4") == [{"host_pool": "built", "pinned": False, "backup": True,
-                                           "load": True, "storage_page": True}] * 2
+@pytest.mark.parametrize("spec", CASES[:4])
+def test_installed_the_kv_host_pool_backs_up_loads_back_and_stages_pages_exactly(spec):
+    """Pages of 1 and 4 tokens, in the default layout and in the one a hybrid model needs."""
+    assert _child("installed")[spec] == {"host_pool": "built", "pinned": False, "backup": True, "load": True,
+                                         "storage_page": True}
 
 
-def test_installed_the_page_first_direct_pools_round_trip_kv_and_recurrent_states_exactly():
-    """The layout a hybrid model's HiCache needs: the KV host pool (pages of 1 and 4) and the
-    recurrent-state host pool (temporal and two conv states, three layers), bit-equal both ways."""
-    kv = {"host_pool": "built", "pinned": False, "backup": True, "load": True, "storage_page": True}
-    assert _child("installed", "1,4", "page_first_direct") == [
-        kv, kv, {"host_pool": "built", "pinned": False, "round_trip": True}]
-
-
-def test_stock_mamba_host_pool_cannot_be_built_on_cpu():
-    # the reference: SGLang as shipped pins the recurrent-state pool with CUDA as well
-    (state,) = _child("stock", "", "page_first_direct")
-    assert "NVIDIA driver" in str(state["host_pool"]), state
+def test_installed_the_recurrent_state_host_pool_round_trips_exactly():
+    """A hybrid model's state pool (temporal and two conv states, three layers), bit-equal both ways."""
+    assert _child("installed")["mamba"] == {"host_pool": "built", "pinned": False, "round_trip": True}
 
 
 def _reference(src_layers, dst_layers, src_indices, dst_indices, page_size):
