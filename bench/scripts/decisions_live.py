@@ -187,5 +187,6 @@ def report(latency: dict[str, dict[str, float]], suffix_tokens: list[int], commi
     out.append(f"\nEvery row's answers equal the first row's within 1e-5. Wall time {wall_s / 60:.0f} min.\n")
     return "\n".join(out)
 
+
 if __name__ == "__main__":
     main()

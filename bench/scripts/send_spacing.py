@@ -48,7 +48,8 @@ def burst_gaps(trace_times: dict[str, float], sent: Iterable[tuple[str, float]])
     bursts: dict[float, list[float]] = {}
     for rid, at in sent:
         bursts.setdefault(trace_times[rid], []).append(at)
-    return [b - a for times in bursts.values() for a, b in zip(sorted(times), sorted(times)[1:])]
+    ordered = [sorted(times) for times in bursts.values()]
+    return [b - a for times in ordered for a, b in zip(times, times[1:])]
 
 
 def measure(results: Path) -> tuple[list[float], int, int]:
