@@ -20,6 +20,7 @@ import re
 import httpx
 import pytest
 
+from bench.live.chat import metrics_text, series_total
 from tests.live.harness import start_with_hicache_room
 
 pytestmark = pytest.mark.server
@@ -125,12 +126,11 @@ def test_stock_sglang_drops_the_state_and_resumes_from_less(stock, lfm2_hf):
 def test_sglangs_hierarchical_cache_resumes_from_host_copies_of_kv_and_state_and_equals_hf(hicache, lfm2_hf):
     turn3, a3, cached, longest, _, _ = script(hicache.base_url)
     assert cached == longest
-    metrics = httpx.get(hicache.base_url + "/metrics", timeout=30).text
-    host = re.search(r'^sglang:cached_tokens_total\{cache_source="host"[^}]*\} ([0-9.e+]+)$', metrics, re.M)
-    backed = dict(re.findall(r'^sglang:hicache_backup_tokens_total\{[^}]*pool="(\w+)"[^}]*\} ([0-9.e+]+)$',
-                             metrics, re.M))
-    assert host is not None and float(host.group(1)) >= longest  # turn 3's whole match came from the host
-    assert float(backed["kv"]) > 0 and float(backed["mamba"]) > 0
+    metrics = metrics_text(hicache.base_url, timeout=30)
+    # turn 3's whole match came from the host
+    assert series_total(metrics, "sglang:cached_tokens_total", {"cache_source": "host"}) >= longest
+    assert all(series_total(metrics, "sglang:hicache_backup_tokens_total", {"pool": pool}) > 0
+               for pool in ("kv", "mamba"))
     assert a3 == lfm2_hf.greedy_ids(turn3, OUT)
 
 

@@ -59,6 +59,14 @@ def unpinned_for(path: str) -> Callable[..., tuple[tuple[Any, ...], dict[str, An
     return unpinned
 
 
+def _check_pages(op: str, src_indices: torch.Tensor, dst_indices: torch.Tensor, page_size: int) -> None:
+    """The index checks every ``direct`` copy op makes (the CUDA ops' ``TORCH_CHECK``s)."""
+    if src_indices.numel() != dst_indices.numel():
+        raise ValueError(f"{op}: source and destination indices must have the same length")
+    if page_size <= 0 or src_indices.numel() % page_size:
+        raise ValueError(f"{op}: {src_indices.numel()} indices are not whole pages of {page_size}")
+
+
 def transfer_kv_direct(src_layers: Sequence[torch.Tensor], dst_layers: Sequence[torch.Tensor],
                        src_indices: torch.Tensor, dst_indices: torch.Tensor, page_size: int) -> None:
     """Copy token rows ``src_indices`` of each source layer to rows ``dst_indices`` of its destination.
@@ -67,22 +75,15 @@ def transfer_kv_direct(src_layers: Sequence[torch.Tensor], dst_layers: Sequence[
     effect: the CUDA op copies whole pages, which are runs of ``page_size`` rows)."""
     if len(src_layers) != len(dst_layers):
         raise ValueError("transfer_kv_direct: source and destination must have the same number of layers")
-    if src_indices.numel() != dst_indices.numel():
-        raise ValueError("transfer_kv_direct: source and destination indices must have the same length")
-    if page_size <= 0 or src_indices.numel() % page_size:
-        raise ValueError(f"transfer_kv_direct: {src_indices.numel()} indices are not whole pages of {page_size}")
+    _check_pages("transfer_kv_direct", src_indices, dst_indices, page_size)
     src = src_indices.to(device="cpu", dtype=torch.long)
     dst = dst_indices.to(device="cpu", dtype=torch.long)
     for source, target in zip(src_layers, dst_layers, strict=True):
         target.index_copy_(0, dst.to(target.device), source.index_select(0, src.to(source.device)))
 
 
-def _pages(indices: torch.Tensor, page_size: int, what: str, other: torch.Tensor) -> torch.Tensor:
-    """The first index of each page of ``indices`` (the checks the CUDA ops make)."""
-    if indices.numel() != other.numel():
-        raise ValueError(f"{what}: source and destination indices must have the same length")
-    if page_size <= 0 or indices.numel() % page_size:
-        raise ValueError(f"{what}: {indices.numel()} indices are not whole pages of {page_size}")
+def _pages(indices: torch.Tensor, page_size: int) -> torch.Tensor:
+    """The first index of each page of ``indices`` (checked by :func:`_check_pages`)."""
     return indices.to(device="cpu", dtype=torch.long)[::page_size]
 
 
@@ -101,8 +102,9 @@ def transfer_kv_per_layer_direct_pf_lf(src_ptrs: Sequence[torch.Tensor], dst_ptr
     ``(pages, layers, page_size, ...)``; ``dst_ptrs`` holds the device layers (all K layers, then
     all V layers). Page ``i`` goes from host page ``src_indices[i * page_size] // page_size``,
     layers from ``layer_id`` on, to device rows from ``dst_indices[i * page_size]``."""
-    src = _pages(src_indices, page_size, "transfer_kv_per_layer_direct_pf_lf", dst_indices) // page_size
-    dst = _rows(_pages(dst_indices, page_size, "transfer_kv_per_layer_direct_pf_lf", src_indices), page_size)
+    _check_pages("transfer_kv_per_layer_direct_pf_lf", src_indices, dst_indices, page_size)
+    src = _pages(src_indices, page_size) // page_size
+    dst = _rows(_pages(dst_indices, page_size), page_size)
     per_buffer = len(dst_ptrs) // len(src_ptrs)
     for b, host in enumerate(src_ptrs):
         pages = host.index_select(0, src.to(host.device))
@@ -120,8 +122,9 @@ def transfer_kv_all_layer_direct_lf_pf(src_ptrs: Sequence[torch.Tensor], dst_ptr
     The contract of ``sgl_kernel.kvcacheio.transfer_kv_all_layer_direct_lf_pf`` (the inverse of
     :func:`transfer_kv_per_layer_direct_pf_lf`, every layer from 0): device rows from
     ``src_indices[i * page_size]`` go to host page ``dst_indices[i * page_size] // page_size``."""
-    src = _rows(_pages(src_indices, page_size, "transfer_kv_all_layer_direct_lf_pf", dst_indices), page_size)
-    dst = _pages(dst_indices, page_size, "transfer_kv_all_layer_direct_lf_pf", src_indices) // page_size
+    _check_pages("transfer_kv_all_layer_direct_lf_pf", src_indices, dst_indices, page_size)
+    src = _rows(_pages(src_indices, page_size), page_size)
+    dst = _pages(dst_indices, page_size) // page_size
     per_buffer = len(src_ptrs) // len(dst_ptrs)
     for b, host in enumerate(dst_ptrs):
         for j in range(per_buffer):
