@@ -31,8 +31,8 @@ TRANSFER_READERS: dict[str, dict[str, tuple[str, ...]]] = {
 #: The io backend and host layouts served on CPU (``sglang.hicache_io_backend`` / ``hicache_mem_layout``):
 #: the first layout is the default; a hybrid model's recurrent-state pool needs the second.
 CPU_IO_BACKEND = "direct"
-CPU_MEM_LAYOUTS = ("layer_first", "page_first_direct")
 HYBRID_MEM_LAYOUT = "page_first_direct"
+CPU_MEM_LAYOUTS = ("layer_first", HYBRID_MEM_LAYOUT)
 
 HICACHE_SYMBOLS: tuple[HookedSymbol, ...] = (
     HookedSymbol(HOST_INIT, ("self", "dtype", "device_capacity_tokens", "size_per_token", "start_layer",
