@@ -2,7 +2,8 @@
 
 ``separate`` is SGLang's own route, untouched; its option may ask for SGLang's
 ``lpm`` order (``needs.schedule_policy``). ``flide`` (``needs.packed_forward``)
-answers the route by packing (``serving.py``, in the HTTP process) and runs
+answers the route by packing (``serving.py``, in the HTTP process; the shared
+input tokenized once, ``encoding.py``) and runs
 the packed sequences exactly inside SGLang's scheduler: positions and
 readouts (``layout.py``), the segment mask in the torch-native attention
 (``attention.py``), each question's short convolutions restarted from the
@@ -23,7 +24,13 @@ from typing import TYPE_CHECKING
 from compose.config import ConfigError
 from compose.specs import build_policy
 from policies.decisions import DecisionsNeeds
-from server.sglang.decisions.symbols import DECISIONS_SYMBOLS, EXTEND_TARGET, INIT_NEW_TARGET, SCORE_TARGET
+from server.sglang.decisions.symbols import (
+    DECISIONS_SYMBOLS,
+    ENCODE_TARGET,
+    EXTEND_TARGET,
+    INIT_NEW_TARGET,
+    SCORE_TARGET,
+)
 from server.sglang.launch.binding import ForcedFlag, LaunchFields, SchedulerParts
 
 if TYPE_CHECKING:
@@ -68,6 +75,7 @@ class DecisionsBinding:
 
             serving.HOST = serving.PackingHost(build_policy(spec))
             HookRegistry.register(SCORE_TARGET, serving.packed_score, HookType.AROUND)
+            HookRegistry.register(ENCODE_TARGET, serving.encode_question_once, HookType.AROUND)
             HookRegistry.register(INIT_NEW_TARGET, after_init_new, HookType.AFTER)
             HookRegistry.register(EXTEND_TARGET, forward_extend_packed, HookType.AROUND)
             conv.install()

@@ -27,6 +27,7 @@ import itertools
 import logging
 import time
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,7 @@ from policies.decisions import (
     check_pack,
     longest_sequence,
 )
+from server.sglang.decisions.encoding import SharedPrefixEncoder
 from server.sglang.decisions.layout import LAYOUT_KEY, PackedLayout
 
 log = logging.getLogger(__name__)
@@ -140,13 +142,56 @@ async def packed_score(original: Any, serving: Any, adapted_request: Any, raw_re
     if HOST is None or type(serving) is not OpenAIServingDecisions:
         # NOTE: /v1/systemone subclasses the route; it keeps SGLang's own scoring
         return await original(serving, adapted_request, raw_request, temperature)
-    prompts, label_ids, images = await _encode_all(adapted_request)
+    # NOTE: the encoder is this request's (a context variable: requests whose questions
+    # interleave on the event loop each see their own); SGLang's route is encoded whole
+    encoder = SharedPrefixEncoder(serving.tokenizer_manager.tokenizer)
+    encoding = _ENCODER.set(encoder)
+    try:
+        prompts, label_ids, images = await _encode_all(adapted_request)
+    finally:
+        _ENCODER.reset(encoding)
+    log.debug("switchboard: decision prompts encoded, %d tokens reused", encoder.reused_tokens)
     model_config = serving.tokenizer_manager.model_config
     if any(images) or len(prompts) < 2 or not _packable(model_config):
         return await original(serving, iter(list(zip(prompts, label_ids, images, strict=True))), raw_request,
                               temperature)
     result = await HOST.score(serving, prompts, label_ids, raw_request, temperature, _recurrent(model_config))
     return prompts, label_ids, result
+
+
+#: The prompt encoder of the decision request being encoded (``packed_score``); ``None``: SGLang's own.
+_ENCODER: ContextVar[SharedPrefixEncoder | None] = ContextVar("switchboard_decision_encoder", default=None)
+
+
+def encode_question_once(original: Any, serving: Any, content: str, labels: list[str],
+                         chat_template_kwargs: dict[str, Any], images: list[Any], system: str | None = None) -> Any:
+    """``OpenAIServingDecisions._encode_question`` AROUND hook: SGLang's rendering, checks and
+    label ids, with the prompt encoded by the request's ``SharedPrefixEncoder`` (``encoding.py``:
+    the same ids, the shared input tokenized once)."""
+    encoder = _ENCODER.get()
+    if encoder is None or images:
+        return original(serving, content, labels, chat_template_kwargs, images, system)
+    return original(_With(serving, tokenizer_manager=_With(serving.tokenizer_manager, tokenizer=_With(
+        serving.tokenizer_manager.tokenizer, encode=_encode_with(encoder, serving.tokenizer_manager.tokenizer)))),
+        content, labels, chat_template_kwargs, images, system)
+
+
+class _With:
+    """``obj`` with some attributes replaced (everything else is ``obj``'s own, bound to it)."""
+
+    def __init__(self, obj: Any, **replaced: Any) -> None:
+        self.__dict__.update(replaced, _obj=obj)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["_obj"], name)
+
+
+def _encode_with(encoder: SharedPrefixEncoder, tokenizer: Any) -> Any:
+    def encode(text: str, add_special_tokens: bool = True, **kwargs: Any) -> list[int]:
+        if add_special_tokens or kwargs:
+            return list(tokenizer.encode(text, add_special_tokens=add_special_tokens, **kwargs))
+        return encoder.encode(text)
+    return encode
 
 
 #: Hybrid architectures whose recurrent layers restart each packed question from the

@@ -12,6 +12,8 @@ _SD = "sglang.srt.entrypoints.openai.serving_decisions"
 _SCORE = "sglang.srt.managers.tokenizer_manager_score_mixin"
 #: The decision route's scoring step, which ``serving.py`` answers by packing.
 SCORE_TARGET = f"{_SD}.OpenAIServingDecisions._score"
+#: Where the route renders and encodes one question (``serving.py`` encodes the shared input once).
+ENCODE_TARGET = f"{_SD}.OpenAIServingDecisions._encode_question"
 #: Where a forward batch is built from the scheduler's batch (``layout.py`` rewrites positions).
 INIT_NEW_TARGET = "sglang.srt.model_executor.forward_batch_info.ForwardBatch.init_new"
 #: The torch-native extend attention (``attention.py`` masks packed rows).
@@ -24,6 +26,7 @@ DECISIONS_SYMBOLS: tuple[HookedSymbol, ...] = (
     HookedSymbol(SCORE_TARGET, ("self", "adapted_request", "raw_request", "temperature")),
     HookedSymbol(f"{_SD}.OpenAIServingDecisions"),
     HookedSymbol(f"{_SD}._encode_all", ("encoded",)),
+    HookedSymbol(ENCODE_TARGET, ("self", "content", "labels", "chat_template_kwargs", "images", "system")),
     HookedSymbol(f"{_SCORE}.ScoreResult"),
     HookedSymbol(f"{_SCORE}.TokenizerManagerScoreMixin._convert_logprobs_to_scores",
                  ("self", "logprobs", "label_token_ids", "apply_softmax", "temperature")),
