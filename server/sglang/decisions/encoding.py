@@ -146,16 +146,18 @@ class SharedPrefixEncoder:
             # nothing is reused, every prompt is encoded whole.
             self._margin = None
             return None
+        # NOTE: an Encoding builds a fresh list on every ``offsets`` access: read it once
+        offsets = enc.offsets
         starts, first = [], []
         previous: Any = object()
-        for j, (word, (begin, _)) in enumerate(zip(enc.word_ids, enc.offsets, strict=True)):
+        for j, (word, (begin, _)) in enumerate(zip(enc.word_ids, offsets, strict=True)):
             if word is None or word != previous:
                 starts.append(begin)
                 first.append(j)
             previous = word
         # NOTE: a cut must cover its tokens exactly: keep only starts where the previous
         # token ends (offsets of byte-level tokens are contiguous; this guards the rest)
-        keep = [i for i, j in enumerate(first) if j > 0 and enc.offsets[j - 1][1] == starts[i]]
+        keep = [i for i, j in enumerate(first) if j > 0 and offsets[j - 1][1] == starts[i]]
         return _Reference(text, ids, [starts[i] for i in keep], [first[i] for i in keep])
 
     def _cut(self, ref: _Reference, text: str) -> tuple[int, int] | None:
