@@ -18,8 +18,9 @@ Rows: one server each (float32 SmolLM2-135M, one thread, SGLang's default
 flags on CPU; every row under the same flags): ``+decisions=separate``
 (SGLang's route, ``fcfs``), ``+decisions=separate
 decisions.in_batch_prefix_caching=true`` (SGLang's ``lpm``), ``+decisions=flide``.
-Per set, ``REPEATS`` requests one at a time, the prefix cache flushed before
-each (``/flush_cache``), so every request computes its context; the cell is
+Per set, ``REPEATS`` requests one at a time (after one untimed warm-up
+request on ``DEV`` per server), the prefix cache flushed before each
+(``/flush_cache``), so every request computes its context; the cell is
 the median latency (client wall time: it includes rendering and tokenizing
 the prompts, which the stock rows do per prompt and ``flide`` once for the
 shared input, ``server/sglang/decisions/encoding.py``). The answers of every row are checked
@@ -138,7 +139,10 @@ def main() -> None:
                 if not latency:
                     info = httpx.get(server.base_url + "/model_info", timeout=60).json()
                     tokenizer = AutoTokenizer.from_pretrained(info["tokenizer_path"])
-                    texts = {m: context_text(m, tokenizer) for m in sets}
+                    texts = {m: context_text(m, tokenizer) for m in {*sets, *DEV}}
+                # NOTE: one untimed request on the development set first: a fresh server's first
+                # request pays one-time costs (first kernels of each shape) that no set should carry
+                timed_decision(server.base_url, texts[DEV[0]])
                 latency[name] = {}
                 for module in sets:
                     runs = [timed_decision(server.base_url, texts[module]) for _ in range(repeats)]
