@@ -91,6 +91,7 @@ TABLES: tuple[Table, ...] = (
     Table("decisions_live", ("bench.scripts.decisions_live",), ("decisions.md",), live=True),
     Table("decisions_lfm2", ("bench.scripts.decisions_live", "--model", "lfm2_tiny"), ("decisions_lfm2.md",),
           live=True),
+    Table("cpu_dtype", ("bench.scripts.cpu_dtype",), ("cpu_dtype.md",), live=True),
     Table("cpu_defaults", ("bench.scripts.cpu_defaults",), ("cpu_defaults.md",), live=True),
     Table("idle_cpu", ("bench.scripts.idle_cpu",), ("idle_cpu.md",), live=True),
     Table("peer", ("bench.scripts.peer",), ("peer.md",), live=True),

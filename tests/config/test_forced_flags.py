@@ -8,6 +8,7 @@ option lists, and when a binding tries to write the fields itself.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from server.sglang.launch.binding import ForcedFlag, LaunchFields
 
 #: Fields the CPU device sets for stock and every option alike (``args.launch_fields``).
 DEVICE_DEFAULTS = {"cuda_graph_backend_decode", "cuda_graph_backend_prefill", "max_mamba_cache_size",
-                   "hicache_io_backend", "hicache_mem_layout"}
+                   "hicache_io_backend", "hicache_mem_layout", "dtype"}
 
 #: What an option needs besides itself to compose (a diffusion LM, adapter slots).
 EXTRA = {
@@ -67,6 +68,18 @@ def test_a_device_default_yields_to_an_options_need():
     assert launch_fields(_plan("+policy=dwise", "model=sdar_tiny")).result()["max_running_requests"] == 32
     with pytest.raises(ConfigError, match="max_running_requests=8 conflicts with"):
         launch_fields(_plan("+policy=dwise", "model=sdar_tiny", "sglang.max_running_requests=8"))
+
+
+@pytest.mark.parametrize(("written", "asked", "served"), [
+    ({"dtype": "float32"}, "auto", "float32"), ({"torch_dtype": "float32"}, "auto", "float32"), ({}, "auto", "float32"),
+    ({"dtype": "bfloat16"}, "auto", "auto"), ({"dtype": "float32"}, "float16", "float16"),
+    ({"dtype": "float32"}, "bfloat16", "bfloat16")])
+def test_on_cpu_auto_keeps_a_float32_checkpoint_in_float32(tmp_path, written, asked, served):
+    """SGLang's auto would serve a float32 checkpoint in float16; on CPU auto keeps its dtype,
+    and an explicit model.dtype or a 16-bit checkpoint is SGLang's own."""
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], **written}))
+    plan = _plan(f"model.path={tmp_path}", f"model.dtype={asked}")
+    assert launch_fields(plan).result()["dtype"] == served
 
 
 def test_stock_forces_nothing():

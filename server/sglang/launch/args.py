@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+from pathlib import Path
 from typing import Any, NoReturn
 
 from compose.compat import ModelInHost, ModelKind, check_host_settings, check_model_fit
@@ -48,11 +49,29 @@ def launch_fields(plan: LaunchPlan) -> LaunchFields:
         # NOTE: CUDA graphs do not exist on CPU (device defaults, not an option's: stock gets them too).
         launch.default("cuda_graph_backend_decode", "disabled")
         launch.default("cuda_graph_backend_prefill", "disabled")
+        if checkpoint_dtype(plan.model_path) == "float32":
+            # NOTE: SGLang's auto downcasts a float32 checkpoint to float16, a GPU practice; a CPU
+            # without AVX512-FP16/AMX computes float16 matmuls at ~1 GFLOPS against ~150 in float32
+            # (one core, bench/results/cpu_dtype.md). On CPU auto keeps the checkpoint's dtype.
+            launch.resolve_auto("dtype", "float32")
         if cpu_hybrid(plan.model_path):
             launch.default("max_mamba_cache_size", DEFAULT_STATE_SLOTS)
         if launch.fields.get("enable_hierarchical_cache"):
             _cpu_hicache(launch, cpu_hybrid(plan.model_path))
     return launch
+
+
+def checkpoint_dtype(model_path: str | None) -> str | None:
+    """The dtype a checkpoint's ``config.json`` names (``dtype``, or the older ``torch_dtype``;
+    SGLang reads neither as float32); ``None`` without a checkpoint."""
+    if model_path is None:
+        return None
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    found = config.get("dtype") or config.get("torch_dtype") or "float32"
+    return "float32" if found in ("float32", "float") else str(found)
 
 
 def _cpu_hicache(launch: LaunchFields, hybrid: str | None) -> None:

@@ -108,6 +108,11 @@ class LaunchFields:
         """Set ``name`` unless set (the device's defaults, which stock gets too: not forced)."""
         self._fields.setdefault(name, value)
 
+    def resolve_auto(self, name: str, value: Any) -> None:
+        """The device's value for a field left at SGLang's ``auto`` (an explicit value stays)."""
+        if self._fields.get(name) == "auto":
+            self._fields[name] = value
+
     def result(self) -> dict[str, Any]:
         """The fields built (a copy)."""
         return dict(self._fields)
