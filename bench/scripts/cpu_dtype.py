@@ -12,8 +12,8 @@ without them torch falls back to slow paths. Two measurements, on this machine:
    prefill chunk of 512 tokens and a decode batch of 8: GFLOPS per dtype.
 2. **One request end to end** on the CPU server (``python -m server``, the
    default model, ``model.dtype`` set per row, SGLang's defaults otherwise): a
-   64-token prompt and 16 greedy output tokens, median of 3 after one untimed
-   request: seconds.
+   64-token prompt and 16 greedy output tokens, the prefix cache flushed before
+   each, median of 3 after one untimed request: seconds.
 
 What it decided: on CPU ``model.dtype=auto`` keeps a float32 checkpoint in
 float32 (``server/sglang/launch/args.py``); an explicit ``model.dtype`` is
@@ -60,6 +60,8 @@ def request_seconds(base_url: str) -> float:
     model = httpx.get(base_url + "/v1/models", timeout=60).json()["data"][0]["id"]
     body = {"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 16,
             "temperature": 0, "ignore_eos": True}
+    # NOTE: the prefix cache flushed first: every request computes its prompt (prefill and decode)
+    httpx.post(base_url + "/flush_cache", timeout=60).raise_for_status()
     t0 = time.perf_counter()
     httpx.post(base_url + "/v1/chat/completions", json=body, timeout=3600).raise_for_status()
     return time.perf_counter() - t0
@@ -91,7 +93,7 @@ def main() -> None:
              "## Matmul throughput, one thread (GFLOPS)", "",
              "| shape | " + " | ".join(DTYPES) + " |", "|---|" + "---:|" * len(DTYPES)]
     lines += [f"| {name} | " + " | ".join(f"{row[d]:.1f}" for d in DTYPES) + " |" for name, row in matmul.items()]
-    lines += ["", "## One request on the CPU server (seconds; 64-token prompt, 16 output tokens)", "",
+    lines += ["", "## One request on the CPU server (seconds; 64-token prompt computed, 16 output tokens)", "",
               "| `model.dtype` | seconds | x float32 |", "|---|---:|---:|"]
     lines += [f"| `{d}` | {live[d]:.2f} | {live[d] / live['float32']:.1f}x |" for d in DTYPES]
     lines += ["", f"SGLang's `auto` on the default (float32) checkpoint is `float16`. Wall time "
