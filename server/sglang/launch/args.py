@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-from pathlib import Path
 from typing import Any, NoReturn
 
 from compose.compat import ModelInHost, ModelKind, check_host_settings, check_model_fit
@@ -22,7 +21,7 @@ from compose.kinds import kinds
 from server.resolve import LaunchPlan
 from server.sglang.hicache.symbols import CPU_IO_BACKEND, CPU_MEM_LAYOUTS, HYBRID_MEM_LAYOUT
 from server.sglang.launch.binding import Forced, LaunchFields, chosen, server_binding
-from server.sglang.launch.hybrid import DEFAULT_STATE_SLOTS, cpu_hybrid, hybrid_architecture
+from server.sglang.launch.hybrid import DEFAULT_STATE_SLOTS, checkpoint_config, cpu_hybrid, hybrid_architecture
 
 
 class _RaisingParser(argparse.ArgumentParser):
@@ -64,11 +63,8 @@ def launch_fields(plan: LaunchPlan) -> LaunchFields:
 def checkpoint_dtype(model_path: str | None) -> str | None:
     """The dtype a checkpoint's ``config.json`` names (``dtype``, or the older ``torch_dtype``;
     SGLang reads neither as float32); ``None`` without a checkpoint."""
-    if model_path is None:
-        return None
-    try:
-        config = json.loads((Path(model_path) / "config.json").read_text())
-    except (OSError, ValueError):
+    config = checkpoint_config(model_path)
+    if config is None:
         return None
     found = config.get("dtype") or config.get("torch_dtype") or "float32"
     return "float32" if found in ("float32", "float") else str(found)

@@ -32,14 +32,15 @@ HYBRID_MODEL_TYPES = frozenset({
 DEFAULT_STATE_SLOTS = 64
 
 
-def _config(model_path: str | None) -> dict[str, object]:
+def checkpoint_config(model_path: str | None) -> dict[str, object] | None:
+    """The checkpoint's ``config.json``; ``None`` without a checkpoint or a readable one."""
     if model_path is None:
-        return {}
+        return None
     try:
         config = json.loads((Path(model_path) / "config.json").read_text())
     except (OSError, ValueError):
-        return {}
-    return config if isinstance(config, dict) else {}
+        return None
+    return config if isinstance(config, dict) else None
 
 
 def _architecture(config: dict[str, object]) -> str:
@@ -49,7 +50,7 @@ def _architecture(config: dict[str, object]) -> str:
 
 def cpu_hybrid(model_path: str | None) -> str | None:
     """The checkpoint's architecture if it is a hybrid one served on CPU, else ``None``."""
-    architectures = _config(model_path).get("architectures")
+    architectures = (checkpoint_config(model_path) or {}).get("architectures")
     found = [a for a in architectures or () if a in CPU_HYBRID_ARCHITECTURES] if isinstance(architectures, list) else []
     return str(found[0]) if found else None
 
@@ -63,7 +64,7 @@ def hybrid_architecture(model_path: str | None, source_kind: str | None = None) 
     ``None``: the checkpoint's, or (before a generated model is built) its source's."""
     if model_path is None and source_kind is not None:
         return GENERATED_HYBRIDS.get(source_kind)
-    config = _config(model_path)
+    config = checkpoint_config(model_path) or {}
     found = cpu_hybrid(model_path)
     if found is None and config.get("model_type") in HYBRID_MODEL_TYPES:
         found = _architecture(config)
