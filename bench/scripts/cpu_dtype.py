@@ -56,8 +56,7 @@ def gflops(dtype: str, shape: tuple[int, int, int], seconds: float = 1.0) -> flo
     return 2 * m * k * n * runs / (time.perf_counter() - t0) / 1e9
 
 
-def request_seconds(base_url: str) -> float:
-    model = httpx.get(base_url + "/v1/models", timeout=60).json()["data"][0]["id"]
+def request_seconds(base_url: str, model: str) -> float:
     body = {"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 16,
             "temperature": 0, "ignore_eos": True}
     # NOTE: the prefix cache flushed first: every request computes its prompt (prefill and decode)
@@ -83,8 +82,9 @@ def main() -> None:
         for dtype in DTYPES:
             with ServerProcess([f"model.dtype={dtype}", "sglang.sleep_on_idle=true"], Path(tmp) / f"{dtype}.log") \
                     as server:
-                request_seconds(server.base_url)
-                live[dtype] = statistics.median(request_seconds(server.base_url) for _ in range(3))
+                model = httpx.get(server.base_url + "/v1/models", timeout=60).json()["data"][0]["id"]
+                request_seconds(server.base_url, model)
+                live[dtype] = statistics.median(request_seconds(server.base_url, model) for _ in range(3))
                 print(f"{dtype}: {live[dtype]:.2f} s", flush=True)
     lines = ["# The CPU server's dtype", "",
              f"Built by `python -m bench.scripts.cpu_dtype` at commit {commit}, {datetime.now(UTC):%Y-%m-%d}. "
