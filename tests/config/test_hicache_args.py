@@ -47,3 +47,21 @@ def test_a_hybrid_model_gets_the_layout_its_state_pool_needs(tmp_path):
         _fields("sglang.enable_hierarchical_cache=true", "sglang.hicache_mem_layout=layer_first",
                 f"model.path={tmp_path}")
     assert "hicache_mem_layout" not in _fields(f"model.path={tmp_path}")  # the hybrid model alone: no HiCache
+
+
+def test_the_live_harness_retries_on_both_of_sglangs_host_memory_refusals():
+    """NOTE: the live HiCache tests start again only when SGLang refused the host pool for want of
+    RAM; both refusals must stay SGLang's own words (CI once failed on the second, unmatched)."""
+    import inspect
+
+    from sglang.srt.mem_cache import hicache_auto_size
+    from sglang.srt.mem_cache.pool_host import base
+
+    from tests.live.harness import HICACHE_REFUSALS, HICACHE_RESERVE_BYTES, refused_host_memory
+
+    sources = inspect.getsource(hicache_auto_size) + inspect.getsource(base)
+    assert all(refusal in sources for refusal in HICACHE_REFUSALS)
+    assert HICACHE_RESERVE_BYTES == base.HICACHE_HOST_MEMORY_RESERVE_BYTES
+    assert refused_host_memory("ValueError: Not enough host memory available. Requesting 0.09 GB but only "
+                               "have -0.33 GB free. Please reduce the size of the hierarchical cache.")
+    assert not refused_host_memory("server exited with 1:\nValueError: page size 16 is not supported")

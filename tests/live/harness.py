@@ -148,6 +148,9 @@ def assert_tenants_share_nothing(hits: dict[str, int]) -> None:
 
 #: What SGLang leaves free besides a HiCache host pool (``pool_host.base.HICACHE_HOST_MEMORY_RESERVE_BYTES``).
 HICACHE_RESERVE_BYTES = 10 * 1024**3
+#: SGLang's refusals of a HiCache host pool for want of RAM: auto-sizing's (``hicache_auto_size``) and an
+#: explicit pool's (``pool_host.base.HostKVCache._allocate_host_buffer``).
+HICACHE_REFUSALS = ("No host memory is left for HiCache", "Not enough host memory available")
 #: The default model's KV bytes per token in float32 (30 layers x 3 KV heads x 64 x K and V x 4 bytes).
 KV_BYTES_PER_TOKEN = 46_080
 
@@ -163,6 +166,11 @@ def wait_for_hicache_room(host_tokens: int, timeout: float = 300) -> None:
              what=f"{need / 1024**3:.1f} GiB of available host memory (SGLang's HiCache reserve + the pool)")
 
 
+def refused_host_memory(server_error: str) -> bool:
+    """Whether a server's start failed on one of SGLang's HiCache host-memory refusals (and only that)."""
+    return any(refusal in server_error for refusal in HICACHE_REFUSALS)
+
+
 def start_with_hicache_room(start: Any, host_tokens: int, *overrides: str, attempts: int = 3) -> Any:
     """``start(*overrides)`` (the ``start_server`` factory) once SGLang would grant a HiCache host pool
     of ``host_tokens``, again (at most ``attempts`` in all) if SGLang still refused the pool.
@@ -176,6 +184,6 @@ def start_with_hicache_room(start: Any, host_tokens: int, *overrides: str, attem
         try:
             return start(*overrides)
         except pytest.fail.Exception as exc:
-            if "No host memory is left for HiCache" not in str(exc) or attempt == attempts - 1:
+            if not refused_host_memory(str(exc)) or attempt == attempts - 1:
                 raise
     raise AssertionError("unreachable")
