@@ -1,10 +1,10 @@
 """Rebuild every committed table from a clean tree -> ``bench/results/*`` and ``MANIFEST.md``.
 
-    python -m bench.scripts.all                    # every table, in dependency order (~2 h 15 min)
+    python -m bench.scripts.all                    # every table, in dependency order (~8 h: longer than a session)
     python -m bench.scripts.all --only fairway leap
-    python -m bench.scripts.all --quick            # the simulator tables only (~35 min)
+    python -m bench.scripts.all --quick            # the simulator tables only (~2 h 30 min)
     python -m bench.scripts.all --plan             # print the commands, run nothing
-    python -m bench.scripts.all --resume           # go on after an interrupted run
+    python -m bench.scripts.all --resume           # go on after an interrupted run (any machine)
     python -m bench.scripts.all --manifest         # rewrite MANIFEST.md's index, run nothing
 
 Refuses to start on a dirty tree (``git status`` not empty: tracked changes or
@@ -22,16 +22,20 @@ index from the files and keeps the last rebuild's section
 Tables and the manifest are stamped with the *code commit*
 (``bench.scripts.common.code_commit``: the newest commit that changed the
 bench, configs, policies or server), so committing finished tables does not
-change the stamp of the ones still to run. An interrupted run (the machine or
-the session ended) records the tables it finished in
-``results/all/<code commit>.json``; ``--resume`` runs the rest at the same code
+change the stamp of the ones still to run. The manifest's last-rebuild section
+is rewritten after every table, so it records what a run finished;
+``--resume`` (after the machine or the session ended, on any machine once the
+finished tables and the manifest are committed) runs the rest at the same code
 commit. It accepts changes under ``bench/results/`` only (the finished tables)
-and refuses if the code commit moved.
+and refuses if the code commit moved (``bench.scripts.rebuild_record``).
 
-NOTE: order matters: ``leap_curve`` writes ``leap_curve.json`` (read by
-``leap_sim`` and ``leap_predictors``) and ``results/leap/head.npz`` (read by
-``leap_live``); ``leap_predictors`` writes ``results/leap-public/head_train*.npz``
-(read by ``leap_live_public``).
+NOTE: order matters (``Table.after``): ``leap_curve`` writes ``leap_curve.json``
+(read by ``leap_sim`` and ``leap_predictors``) and the git-ignored
+``results/leap/head.npz`` (read by ``leap_live``); ``leap_predictors`` writes
+``results/leap-public/head_train*.npz`` (read by ``leap_live_public``). The
+LEAP live tables run right after them, so one session runs the group; a
+resume on a machine without the heads runs their producer again (and what
+read its outputs).
 NOTE: run it on a quiet machine: live tables time a CPU server.
 """
 
@@ -44,40 +48,32 @@ import re
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.scripts.common import code_commit
+from bench.scripts.rebuild_record import LAST_RUN, Table, recorded, redo
 from bench.traces.paths import REPO_ROOT, default_data_root
 from compose.progress import Progress
 
-
-@dataclass(frozen=True)
-class Table:
-    """One committed table: the command that writes it and what it writes."""
-
-    name: str
-    args: tuple[str, ...]
-    outputs: tuple[str, ...]
-    live: bool = False
-    """Starts CPU servers (timed; not in ``--quick``)."""
-
-    @property
-    def command(self) -> str:
-        return "python -m " + " ".join(self.args)
-
-
-#: NOTE: the two longest live tables run last: an interrupted run (``--resume``)
-#: then has the most tables done.
+#: NOTE: the LEAP live tables follow their heads' producers (see the module's NOTE); the other
+#: long live tables run last: an interrupted run (``--resume``) then has the most tables done.
 TABLES: tuple[Table, ...] = (
     Table("baselines", ("bench.scripts.baselines",), ("baselines.md",)),
     Table("fairway", ("bench.scripts.fairway", "--check-defaults"), ("fairway.md", "fairway_frontier.png")),
     Table("leap_curve", ("bench.scripts.leap_curve", "--prompts", "500", "--concurrency", "32"),
-          ("leap_curve.json", "leap_curve.png"), live=True),
-    Table("leap", ("bench.scripts.leap_sim",), ("leap.md", "leap_frontier.png")),
+          ("leap_curve.json", "leap_curve.png"), live=True, scratch=("results/leap/head.npz",)),
+    Table("leap", ("bench.scripts.leap_sim",), ("leap.md", "leap_frontier.png"), after=("leap_curve",)),
     Table("leap_predictors", ("bench.scripts.leap_predictors", "--check-defaults"), ("leap_predictors.md",),
-          live=True),
+          live=True, after=("leap_curve",),
+          scratch=("results/leap-public/head_train.npz", "results/leap-public/head_train_prompt_length.npz")),
+    Table("leap_live", ("bench.scripts.leap_live", "--requests", "120", "--rate", "0.35", "--max-running", "8"),
+          ("leap_live.md",), live=True, after=("leap_curve",), needs=("results/leap/head.npz",)),
+    Table("leap_live_public", ("bench.scripts.leap_live", "--prompt-set", "public", "--requests", "100", "--rate", "0.55",
+                               "--max-running", "8", "--policies", "fcfs", "lof", "hrrn", "shortest-prefill-first",
+                               "leap", "leap-prompt-length", "--out", "bench/results/leap_live_public.md"),
+          ("leap_live_public.md",), live=True, after=("leap_predictors",),
+          needs=("results/leap-public/head_train.npz", "results/leap-public/head_train_prompt_length.npz")),
     Table("penelope", ("bench.scripts.penelope", "--check-defaults"), ("penelope.md",)),
     Table("tiers", ("bench.scripts.tiers", "--check-defaults"), ("tiers.md",)),
     Table("histate", ("bench.scripts.histate", "--check-defaults"), ("histate.md",)),
@@ -98,7 +94,8 @@ TABLES: tuple[Table, ...] = (
     Table("reliability", ("bench.scripts.reliability",), ("reliability.md",), live=True),
     Table("dwise_estimators", ("bench.scripts.dwise_fit",), ("dwise_estimators.json",), live=True),
     # NOTE: after ``dwise``: fills the live section of the file ``dwise`` writes (which keeps it)
-    Table("dwise_live", ("bench.scripts.dwise_live",), ("dwise.md",), live=True),
+    Table("dwise_live", ("bench.scripts.dwise_live",), ("dwise.md",), live=True,
+          after=("dwise", "dwise_estimators")),
     Table("order_overhead", ("bench.scripts.order_overhead",), ("order_overhead.md",)),
     Table("cache_overhead", ("bench.scripts.cache_overhead",), ("cache_overhead.md",)),
     Table("replay_speed", ("bench.scripts.replay_speed",), ("replay_speed.md",)),
@@ -107,16 +104,11 @@ TABLES: tuple[Table, ...] = (
     Table("adapters", ("bench.scripts.adapters",), ("adapters.md",), live=True),
     Table("speculative_table", ("bench.scripts.speculative_live", "--calibrate"), ("speculative_table.json",),
           live=True),
-    Table("speculative_live", ("bench.scripts.speculative_live",), ("speculative.md",), live=True),
+    Table("speculative_live", ("bench.scripts.speculative_live",), ("speculative.md",), live=True,
+          after=("speculative_table",)),
     Table("plugin_overhead", ("bench.scripts.plugin_overhead", "--rounds", "3"), ("plugin_overhead.md",), live=True),
     Table("hook_overhead", ("bench.scripts.hook_overhead",), ("hook_overhead.md",), live=True),
     Table("plugin_ratio", ("bench.scripts.plugin_ratio",), ("plugin_ratio.md",), live=True),
-    Table("leap_live", ("bench.scripts.leap_live", "--requests", "120", "--rate", "0.35", "--max-running", "8"),
-          ("leap_live.md",), live=True),
-    Table("leap_live_public", ("bench.scripts.leap_live", "--prompt-set", "public", "--requests", "100", "--rate", "0.55",
-                               "--max-running", "8", "--policies", "fcfs", "lof", "hrrn", "shortest-prefill-first",
-                               "leap", "leap-prompt-length", "--out", "bench/results/leap_live_public.md"),
-          ("leap_live_public.md",), live=True),
 )
 #: The trace files the tables read (relative to the data root).
 TRACE_FILES = (
@@ -133,14 +125,9 @@ def dirty(root: Path = REPO_ROOT) -> list[str]:
     return [ln for ln in out.stdout.splitlines() if ln.strip()]
 
 
-def progress_path(commit: str) -> Path:
-    """Where a run at ``commit`` records the tables it finished (git-ignored)."""
-    return REPO_ROOT / "results" / "all" / f"{commit}.json"
-
-
-def start(resume: bool) -> tuple[str, dict[str, float]]:
-    """The code commit and the tables already finished at it (``--resume``), or
-    ``SystemExit`` when the tree or the commit does not allow the run."""
+def start(resume: bool, results: Path) -> tuple[str, dict[str, float]]:
+    """The code commit and the tables already finished at it (``--resume``: the manifest's record),
+    or ``SystemExit`` when the tree or the commit does not allow the run."""
     changes = dirty()
     if resume:
         # NOTE: the finished tables are the only changes a resumed run accepts.
@@ -151,11 +138,12 @@ def start(resume: bool) -> tuple[str, dict[str, float]]:
     commit = code_commit()
     if not resume:
         return commit, {}
-    path = progress_path(commit)
-    if not path.exists():
-        raise SystemExit(f"nothing to resume at code commit {commit} ({path} is missing): "
-                         "the code changed since the interrupted run, or none ran")
-    return commit, json.loads(path.read_text())["done"]
+    path = results / MANIFEST
+    done = recorded(path.read_text(), commit) if path.exists() else None
+    if done is None:
+        raise SystemExit(f"nothing to resume at code commit {commit}: {path}'s last rebuild ran at another "
+                         "commit (the code changed since the interrupted run), or none ran")
+    return commit, done
 
 
 def checksums(data_root: Path) -> dict[str, str]:
@@ -176,7 +164,6 @@ def select(only: list[str] | None, quick: bool) -> list[Table]:
 
 
 MANIFEST = "MANIFEST.md"
-LAST_RUN = "## The last rebuild"
 _STAMP = re.compile(r"at (?:code )?commit ([0-9a-f]{7,40})")
 
 
@@ -231,9 +218,13 @@ def main() -> None:
     if args.plan:
         print("\n".join(t.command for t in tables))
         return
-    commit, done = start(args.resume)
-    path = progress_path(commit)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    commit, done = start(args.resume, results)
+    again = redo(TABLES, done, [t.name for t in tables if t.name not in done], REPO_ROOT)
+    for reason in again.reasons:
+        print(f"== runs again: {reason}", flush=True)
+    done = {name: wall for name, wall in done.items() if name not in again.tables}
+    tables = [t for t in TABLES if t in tables or t.name in again.tables]
+    sums = checksums(default_data_root())
     # NOTE: plain lines, one per table, even on a terminal: each table's script draws its own
     # bar there, and two processes' bars on one terminal overwrite each other.
     with Progress(len(tables), "all tables", unit="table", interval_s=0.0, eta=False, bar=False) as bar:
@@ -246,21 +237,29 @@ def main() -> None:
             t0 = time.perf_counter()
             subprocess.run([sys.executable, "-m", *table.args], cwd=REPO_ROOT, check=True)
             done[table.name] = time.perf_counter() - t0
-            path.write_text(json.dumps({"commit": commit, "done": done}, indent=1))
+            # NOTE: the record a resume reads, on this machine or another once committed
+            pending = [t.name for t in tables if t.name not in done]
+            (results / MANIFEST).write_text(manifest(results, render(commit, finished(done), sums, args, pending)))
             bar.update(status=f"{table.name} in {done[table.name] / 60:.1f} min")
-    runs = [(t, done[t.name]) for t in tables]
-    text = manifest(results, render(commit, runs, checksums(default_data_root()), args))
+    text = manifest(results, render(commit, finished(done), sums, args, []))
     (results / MANIFEST).write_text(text)
     print(text)
 
 
-def render(commit: str, runs: list[tuple[Table, float]], sums: dict[str, str], args: argparse.Namespace) -> str:
+def finished(done: dict[str, float]) -> list[tuple[Table, float]]:
+    """The finished tables (this run's and the ones it resumed from), in ``TABLES`` order."""
+    return [(t, done[t.name]) for t in TABLES if t.name in done]
+
+
+def render(commit: str, runs: list[tuple[Table, float]], sums: dict[str, str], args: argparse.Namespace,
+           pending: list[str] | None = None) -> str:
     flags = (" --quick" if args.quick else "") + (f" --only {' '.join(args.only)}" if args.only else "") \
         + (" (resumed)" if getattr(args, "resume", False) else "")
     lines = [LAST_RUN, "",
              f"`python -m bench.scripts.all{flags}` at code commit {commit} "
-             f"({datetime.now(UTC):%Y-%m-%d}), {sum(w for _, w in runs) / 60:.0f} min in all. "
-             "Each table also names its commit and its rows' commands.", "",
+             f"({datetime.now(UTC):%Y-%m-%d}), {sum(w for _, w in runs) / 60:.0f} min in all"
+             + (f" so far; still to run ({len(pending)}, `--resume`): {', '.join(pending)}" if pending else "")
+             + ". Each table also names its commit and its rows' commands.", "",
              "| table | command | wall | wrote |", "|---|---|---|---|"]
     for table, wall in runs:
         lines.append(f"| {table.name} | `{table.command}` | {wall / 60:.1f} min | "

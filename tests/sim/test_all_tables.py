@@ -47,18 +47,21 @@ def test_quick_skips_live_tables_and_the_manifest_names_each_command():
     assert f"`{table.command}` | 1.5 min" in text and "| `x.csv` | `00ff` |" in text
 
 
-def _fake_run(monkeypatch, tmp_path, changes, done=None):
-    """all.main with git and the table scripts replaced; returns the commands it ran."""
+def _fake_run(monkeypatch, tmp_path, changes, done=None, commit="abc1234"):
+    """all.main with git and the table scripts replaced; returns the commands it ran. ``done``: the
+    tables a committed manifest records as finished by a rebuild at ``commit``."""
     ran: list[str] = []
     monkeypatch.setattr(rebuild, "dirty", lambda root=REPO_ROOT: list(changes))
     monkeypatch.setattr(rebuild, "code_commit", lambda: "abc1234")
-    monkeypatch.setattr(rebuild, "progress_path", lambda commit: tmp_path / f"{commit}.json")
     monkeypatch.setattr(rebuild, "checksums", lambda root: {})
     monkeypatch.setattr(rebuild, "REPO_ROOT", tmp_path)
-    (tmp_path / "bench" / "results").mkdir(parents=True)
+    results = tmp_path / "bench" / "results"
+    results.mkdir(parents=True)
     monkeypatch.setattr(rebuild.subprocess, "run", lambda argv, **k: ran.append(argv[2]))
     if done is not None:
-        (tmp_path / "abc1234.json").write_text(json.dumps({"commit": "abc1234", "done": done}))
+        runs = [(t, done[t.name]) for t in rebuild.TABLES if t.name in done]
+        (results / "MANIFEST.md").write_text(rebuild.manifest(results, rebuild.render(
+            commit, runs, {}, argparse.Namespace(quick=False, only=None), ["more"])))
     return ran
 
 
@@ -67,19 +70,49 @@ def test_resume_runs_only_the_unfinished_tables_at_the_same_code_commit(monkeypa
     monkeypatch.setattr(sys, "argv", ["all", "--only", "baselines", "penelope", "--resume"])
     rebuild.main()
     assert ran == ["bench.scripts.penelope"]
-    assert set(json.loads((tmp_path / "abc1234.json").read_text())["done"]) == {"baselines", "penelope"}
     manifest = (tmp_path / "bench" / "results" / "MANIFEST.md").read_text()
+    assert rebuild.recorded(manifest, "abc1234") == {"baselines": 120.0, "penelope": pytest.approx(0, abs=6)}
     assert "at code commit abc1234" in manifest and "| baselines | `python -m bench.scripts.baselines` | 2.0 min" in manifest
+    assert "still to run" not in manifest
 
 
-def test_resume_refuses_code_changes_and_a_missing_record(monkeypatch, tmp_path):
-    _fake_run(monkeypatch, tmp_path, [" M policies/cache/lru.py"], done={})
+def test_every_finished_table_is_recorded_in_the_manifest_before_the_next_starts(monkeypatch, tmp_path):
+    """NOTE: the committed manifest is the record a resume on a new machine reads."""
+    _fake_run(monkeypatch, tmp_path, [])
+    results = tmp_path / "bench" / "results"
+    seen: list[dict[str, float] | None] = []
+
+    def run(argv, **kwargs):
+        text = (results / "MANIFEST.md").read_text() if (results / "MANIFEST.md").exists() else ""
+        seen.append(rebuild.recorded(text, "abc1234"))
+
+    monkeypatch.setattr(rebuild.subprocess, "run", run)
+    monkeypatch.setattr(sys, "argv", ["all", "--only", "baselines", "fairway", "penelope"])
+    rebuild.main()
+    assert [None if s is None else sorted(s) for s in seen] == [None, ["baselines"], ["baselines", "fairway"]]
+
+
+def test_resume_runs_a_heads_producer_again_on_a_machine_without_its_heads(monkeypatch, tmp_path):
+    done = {"leap_curve": 60.0, "leap": 60.0, "leap_predictors": 60.0}
+    ran = _fake_run(monkeypatch, tmp_path, [], done=done)
+    monkeypatch.setattr(sys, "argv", ["all", "--resume"])
+    monkeypatch.setattr(rebuild, "TABLES", tuple(t for t in rebuild.TABLES if t.name.startswith("leap")))
+    for head in rebuild.TABLES[2].scratch:  # NOTE: leap_predictors's heads are here, leap_curve's are not
+        (tmp_path / head).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / head).write_bytes(b"npz")
+    rebuild.main()
+    # leap_curve runs again for leap_live's head, and so does what read leap_curve.json
+    assert ran == ["bench.scripts.leap_curve", "bench.scripts.leap_sim", "bench.scripts.leap_predictors",
+                   "bench.scripts.leap_live", "bench.scripts.leap_live"]
+
+
+def test_resume_refuses_code_changes_and_a_record_at_another_commit(monkeypatch, tmp_path):
+    _fake_run(monkeypatch, tmp_path, [" M policies/cache/lru.py"], done={"baselines": 60.0}, commit="fff0000")
     monkeypatch.setattr(sys, "argv", ["all", "--only", "baselines", "--resume"])
     with pytest.raises(SystemExit, match="dirty tree"):
         rebuild.main()
-    (tmp_path / "abc1234.json").unlink()
     monkeypatch.setattr(rebuild, "dirty", lambda root=REPO_ROOT: [])
-    with pytest.raises(SystemExit, match="nothing to resume"):
+    with pytest.raises(SystemExit, match="nothing to resume at code commit abc1234"):
         rebuild.main()
 
 
@@ -114,3 +147,29 @@ def test_the_index_reads_each_files_stamp_and_keeps_the_last_rebuild(tmp_path, m
     assert "| j | `python -m bench.scripts.j` | `j.json` | def5678 |" in text
     assert text.endswith("## The last rebuild\n\nat code commit 0000000\n") and "# old index" not in text
     assert rebuild.manifest(tmp_path, "## The last rebuild\n\nnew run\n").endswith("new run\n")
+
+
+def test_a_missing_head_reruns_its_producer_and_its_readers_only(tmp_path):
+    from bench.scripts.rebuild_record import redo
+
+    tables = [t for t in rebuild.TABLES if t.name.startswith("leap")]
+    done = {t.name: 60.0 for t in tables[:4]}
+    assert redo(tables, done, ["leap_live_public"], tmp_path).tables == {"leap_predictors"}
+    for t in tables:
+        for s in t.scratch:
+            (tmp_path / s).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / s).write_bytes(b"npz")
+    assert redo(tables, done, ["leap_live_public"], tmp_path).tables == set()
+    (tmp_path / "results/leap/head.npz").unlink()
+    assert redo(tables, {"leap_curve": 1.0, "leap": 1.0}, ["leap_live"], tmp_path).tables == {"leap_curve", "leap"}
+
+
+def test_each_table_runs_after_what_it_reads_and_its_heads_have_a_writer():
+    order = [t.name for t in rebuild.TABLES]
+    writer = {path: t.name for t in rebuild.TABLES for path in t.scratch}
+    for table in rebuild.TABLES:
+        assert all(order.index(p) < order.index(table.name) for p in table.after), table.name
+        assert all(writer.get(path) in table.after for path in table.needs), table.name
+    # the scripts read and write the paths the tables declare
+    assert 'default=Path("results/leap")' in (REPO_ROOT / "bench/scripts/leap_curve.py").read_text()
+    assert '"results/leap/head.npz"' in (REPO_ROOT / "bench/scripts/leap_live.py").read_text()
