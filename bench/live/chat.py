@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,10 +42,11 @@ class HFReference:
 
     NOTE: answers are memoized by (messages, max_new_tokens): greedy decoding is a
     function of its prompt, so servers that answer a conversation alike share one
-    reference computation.
+    reference computation. With ``memo_dir`` the memo is also a folder of files that
+    other processes on the same checkpoint and dtype share (the test workers).
     """
 
-    def __init__(self, path: Path, dtype: str = "float32") -> None:
+    def __init__(self, path: Path, dtype: str = "float32", memo_dir: Path | None = None) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -52,13 +55,32 @@ class HFReference:
         self.tok = AutoTokenizer.from_pretrained(path)
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).eval()
         self._answers: dict[tuple[str, int], tuple[str, int, int]] = {}
+        self._memo_dir = memo_dir
+        self._memo_scope = f"{Path(path).resolve()}|{dtype}"
 
     def greedy(self, messages: Sequence[Mapping[str, object]], max_new_tokens: int) -> tuple[str, int, int]:
         """``(text, prompt_tokens, completion_tokens)``; the stop token counts but is not returned."""
         key = (json.dumps(messages, sort_keys=True), max_new_tokens)
         if key not in self._answers:
-            self._answers[key] = self._generate(messages, max_new_tokens)
+            shared = self._shared_file(key)
+            if shared is not None and shared.exists():
+                text, n_prompt, n_new = json.loads(shared.read_text())
+                self._answers[key] = (text, n_prompt, n_new)
+            else:
+                self._answers[key] = self._generate(messages, max_new_tokens)
+                if shared is not None:
+                    # NOTE: written whole, then renamed: a reader never sees half an answer
+                    partial = shared.with_suffix(f".{os.getpid()}.tmp")
+                    partial.write_text(json.dumps(self._answers[key]))
+                    partial.replace(shared)
         return self._answers[key]
+
+    def _shared_file(self, key: tuple[str, int]) -> Path | None:
+        if self._memo_dir is None:
+            return None
+        self._memo_dir.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256(f"{self._memo_scope}|{key[1]}|{key[0]}".encode()).hexdigest()
+        return self._memo_dir / f"{digest}.json"
 
     def greedy_ids(self, ids: Sequence[int], max_new_tokens: int) -> list[int]:
         """Greedy new token ids after the prompt ``ids``, exactly ``max_new_tokens`` of them: EOS does not

@@ -39,9 +39,16 @@ def checkpoint() -> Path:
 
 
 @pytest.fixture(scope="session")
-def hf(checkpoint) -> HFReference:
-    """HF transformers on the checkpoint (float32, one thread); its answers are memoized."""
-    return HFReference(checkpoint)
+def hf(checkpoint, tmp_path_factory) -> HFReference:
+    """HF transformers on the checkpoint (float32, one thread); its answers are memoized, and
+    shared with the other test worker (files under this run's shared temporary folder)."""
+    return HFReference(checkpoint, memo_dir=_run_folder(tmp_path_factory) / "hf-answers")
+
+
+def _run_folder(tmp_path_factory) -> Path:
+    """This pytest run's temporary folder, one for every xdist worker (each has its own below it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if base.name.startswith("popen-gw") else base
 
 
 @pytest.fixture(scope="session")
