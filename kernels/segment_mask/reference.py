@@ -189,8 +189,8 @@ def segment_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segment
                       scale: float | None = None) -> torch.Tensor:
     """``masked_attention(q, k, v, segment_mask(segment_ids, len(q)), scale)`` without
     the dense ``[nq, n]`` mask: the context's queries in one causal pass over the
-    context, then each question's over the context and itself (the CPU path:
-    the dense mask's math kernel costs ``O(n^2)`` memory per head and layer).
+    context, then the questions' (``_questions``; the CPU path: the dense mask's
+    math kernel costs ``O(n^2)`` memory per head and layer).
 
     NOTE: the same sums over the same keys as the dense form, block by block;
     only the order of floating-point reductions may differ (~1e-7 in float32)."""
@@ -208,6 +208,9 @@ def segment_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segment
         else:
             out[rows] = masked_attention(q[rows], k[:context], v[:context], causal_mask(context - start, context,
                                                                                            q.device), scale)
+    if start <= context < n and q.device.type == "cpu" and q.dtype in _FLASH_DTYPES:
+        out[context - start:] = _questions(q[context - start:], k, v, segment_ids[context:], context, scale)
+        return out
     ids = segment_ids[context:]
     for s in torch.unique_consecutive(ids).tolist():
         own = torch.nonzero(ids == s).flatten() + context
@@ -220,3 +223,40 @@ def segment_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segment
                                                   device=q.device).tril())[lo - first:]
         out[lo - start:last - start] = _sdpa(q[lo - start:last - start], k[keys], v[keys], scale, mask=allowed)
     return out
+
+
+#: PyTorch's CPU flash-attention kernel: ``(output, logsumexp)`` (``[batch, heads, len, dim]``, ``[batch, heads,
+#: len]``); bottom-right causal only when queries and keys are equally many.
+_flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+_FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+
+def _questions(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ids: torch.Tensor, context: int,
+               scale: float | None) -> torch.Tensor:
+    """Every question token's attention (queries ``q``: all of them, in order; their ids ``ids``) as two
+    unmasked passes merged by their log-sum-exp: all questions over the context (every key visible), and
+    each question over itself (causal; the questions padded into one batch, padding keys after the last
+    real one, so no real query sees them).
+
+    NOTE: softmax over the union of two key sets = the two softmaxes weighted by exp(lse_part - lse_all):
+    the dense mask's sums, split in two (the context part is one pass instead of one per question)."""
+    heads = q.shape[1]
+    _, counts = torch.unique_consecutive(ids, return_counts=True)
+    width = int(counts.max())
+    slot = torch.arange(width, device=q.device)
+    real = slot[None, :] < counts[:, None]
+    at = torch.where(real, (torch.cumsum(counts, 0) - counts)[:, None] + slot[None, :], 0)
+
+    def batch(x: torch.Tensor) -> torch.Tensor:  # [tokens, h, d] -> [questions, heads, width, d]
+        return x[at].repeat_interleave(heads // x.shape[1], 2).movedim(2, 1)
+
+    own, own_lse = _flash(batch(q), batch(k[context:]), batch(v[context:]), is_causal=True, scale=scale)
+    own, own_lse = own.movedim(1, 2)[real].float(), own_lse.movedim(1, 2)[real]  # [tokens, heads, (dim)]
+    if context == 0:
+        return own.to(q.dtype)
+    kc, vc = (x[:context].repeat_interleave(heads // x.shape[1], 1).movedim(0, 1)[None] for x in (k, v))
+    shared, shared_lse = _flash(q.movedim(0, 1)[None], kc, vc, scale=scale)
+    shared, shared_lse = shared[0].movedim(0, 1).float(), shared_lse[0].movedim(0, 1)
+    total = torch.logaddexp(own_lse, shared_lse)
+    merged = own * torch.exp(own_lse - total)[..., None] + shared * torch.exp(shared_lse - total)[..., None]
+    return merged.to(q.dtype)
