@@ -185,3 +185,12 @@ def test_the_hook_encodes_with_the_requests_encoder_only(smollm2: Any) -> None:
     assert packed == stock == [smollm2.encode(text + q, add_special_tokens=False) for q in ("a?", "b?")]
     assert encoder.reused_tokens > 0
     assert seen.count("_With") == 2 and seen.count("Route") == 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=12), min_size=1, max_size=6))
+def test_shared_context_is_the_longest_prefix_every_prompt_shares_leaving_each_one_token(prompts):
+    want = 0
+    while want < min(map(len, prompts)) - 1 and len({p[want] for p in prompts}) == 1:
+        want += 1
+    assert serving.shared_context(prompts) == want

@@ -47,12 +47,17 @@ _ids = itertools.count()
 
 
 def shared_context(prompts: Sequence[Sequence[int]]) -> int:
-    """Tokens every prompt shares from its start, leaving each at least one of its own."""
-    shortest = min(len(p) for p in prompts)
+    """Tokens every prompt shares from its start, leaving each at least one of its own.
+
+    NOTE: the prefix every prompt shares is the one the lexicographically least and greatest
+    share (``os.path.commonprefix``'s argument): one walk, not one per prompt."""
+    rows = [list(p) for p in prompts]
+    least, greatest = min(rows), max(rows)
+    limit = min(len(p) for p in rows) - 1
     c = 0
-    while c < shortest - 1 and all(p[c] == prompts[0][c] for p in prompts):
+    while c < limit and least[c] == greatest[c]:
         c += 1
-    return c
+    return max(c, 0)
 
 
 @dataclass
