@@ -1,6 +1,6 @@
 """Rebuild every committed table from a clean tree -> ``bench/results/*`` and ``MANIFEST.md``.
 
-    python -m bench.scripts.all                    # every table, in dependency order (~8 h: longer than a session)
+    python -m bench.scripts.all                    # every table, in dependency order (~10 h: several sessions, --resume)
     python -m bench.scripts.all --only fairway leap
     python -m bench.scripts.all --quick            # the simulator tables only (~2 h 30 min)
     python -m bench.scripts.all --plan             # print the commands, run nothing
