@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import time
 from collections.abc import Sequence
 from contextvars import ContextVar
@@ -47,17 +48,10 @@ _ids = itertools.count()
 
 
 def shared_context(prompts: Sequence[Sequence[int]]) -> int:
-    """Tokens every prompt shares from its start, leaving each at least one of its own.
-
-    NOTE: the prefix every prompt shares is the one the lexicographically least and greatest
-    share (``os.path.commonprefix``'s argument): one walk, not one per prompt."""
+    """Tokens every prompt shares from its start, leaving each at least one of its own."""
     rows = [list(p) for p in prompts]
-    least, greatest = min(rows), max(rows)
-    limit = min(len(p) for p in rows) - 1
-    c = 0
-    while c < limit and least[c] == greatest[c]:
-        c += 1
-    return max(c, 0)
+    # NOTE: commonprefix walks once, between the least and the greatest prompt (not once per prompt)
+    return max(0, min(len(os.path.commonprefix(rows)), min(len(p) for p in rows) - 1))
 
 
 @dataclass
