@@ -56,6 +56,8 @@ class HFReference:
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).eval()
         self._answers: dict[tuple[str, int], tuple[str, int, int]] = {}
         self._memo_dir = memo_dir
+        if memo_dir is not None:
+            memo_dir.mkdir(parents=True, exist_ok=True)
         self._memo_scope = f"{Path(path).resolve()}|{dtype}"
 
     def greedy(self, messages: Sequence[Mapping[str, object]], max_new_tokens: int) -> tuple[str, int, int]:
@@ -78,7 +80,6 @@ class HFReference:
     def _shared_file(self, key: tuple[str, int]) -> Path | None:
         if self._memo_dir is None:
             return None
-        self._memo_dir.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha256(f"{self._memo_scope}|{key[1]}|{key[0]}".encode()).hexdigest()
         return self._memo_dir / f"{digest}.json"
 

@@ -52,7 +52,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.scripts.common import code_commit
-from bench.scripts.rebuild_record import LAST_RUN, Table, recorded, redo
+from bench.scripts.rebuild_record import LAST_RUN, TRACE_DATA, Table, recorded, redo
 from bench.traces.paths import REPO_ROOT, default_data_root
 from compose.progress import Progress
 
@@ -264,7 +264,7 @@ def render(commit: str, runs: list[tuple[Table, float]], sums: dict[str, str], a
     for table, wall in runs:
         lines.append(f"| {table.name} | `{table.command}` | {wall / 60:.1f} min | "
                      + ", ".join(f"`{o}`" for o in table.outputs) + " |")
-    lines += ["", "Trace data (SHA-256):", "", "| file | sha256 |", "|---|---|"]
+    lines += ["", TRACE_DATA, "", "| file | sha256 |", "|---|---|"]
     lines += [f"| `{name}` | `{digest}` |" for name, digest in sums.items()]
     return "\n".join(lines) + "\n"
 
